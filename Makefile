@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test` (see README.md).
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUBMISSIONS ?= sample_class
+OUT ?= out/grading
+
+.PHONY: demo test lab release grade clean
+
+# The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(STAMP)
+
+demo: $(STAMP) release
+	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+release: $(STAMP)
+	$(BIN)/course-grader release
+
+grade: $(STAMP)
+	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks
+
+clean:
+	rm -rf $(VENV) out build

@@ -1,0 +1,65 @@
+"""Plotting helpers shared by the notebooks: labelled heatmaps and 2-D vector pictures."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str], *,
+            title: str, xlabel: str = "", ylabel: str = "", ax=None, cmap: str = "viridis",
+            annotate: bool = True, fmt: str = "{:.2f}"):
+    """Draw ``matrix`` (rows, cols) with token labels on both axes and a colour bar.
+
+    Returns the matplotlib Axes. Values are printed in the cells when ``annotate``.
+    """
+    m = np.asarray(matrix.detach() if hasattr(matrix, "detach") else matrix, dtype=float)
+    if m.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(f"matrix has shape {m.shape} but there are "
+                         f"{len(row_labels)} row and {len(col_labels)} column labels")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.55 * len(col_labels) + 2.5, 0.45 * len(row_labels) + 1.5))
+    image = ax.imshow(m, cmap=cmap)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(row_labels)), row_labels)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if annotate:
+        middle = (np.nanmax(m) + np.nanmin(m)) / 2
+        for i in range(m.shape[0]):
+            for j in range(m.shape[1]):
+                ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=7,
+                        color="black" if m[i, j] > middle else "white")
+    return ax
+
+
+def vectors_2d(vectors: object, labels: Sequence[str], *, title: str, ax=None,
+               highlight: int | None = None):
+    """Draw 2-D vectors (n, 2) as arrows from the origin, labelled in a legend.
+
+    The vector at index ``highlight`` is drawn thicker, in red. Returns the Axes.
+    """
+    v = np.asarray(vectors, dtype=float)
+    if v.ndim != 2 or v.shape[1] != 2 or v.shape[0] != len(labels):
+        raise ValueError(f"expected vectors of shape ({len(labels)}, 2), got {v.shape}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5))
+    colours = iter(plt.cm.tab10.colors[:3] + plt.cm.tab10.colors[4:])
+    for i, (x, y) in enumerate(v):
+        main = i == highlight
+        colour = "tab:red" if main else next(colours)
+        ax.quiver(0, 0, x, y, angles="xy", scale_units="xy", scale=1, color=colour,
+                  width=0.012 if main else 0.007, label=labels[i])
+    low = np.minimum(v.min(axis=0), 0) - 0.3
+    high = np.maximum(v.max(axis=0), 0) + 0.3
+    ax.set_xlim(low[0], high[0])
+    ax.set_ylim(low[1], high[1])
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.set_aspect("equal")
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=9, frameon=False)
+    return ax

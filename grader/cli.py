@@ -1,0 +1,48 @@
+"""``course-grader``: the commands behind ``make release``, ``make grade`` and ``make demo``."""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from . import course
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="course-grader", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    grade = sub.add_parser("grade", help="autograde DIR/<student_id>/<assignment_id>/<notebook>.ipynb")
+    grade.add_argument("submissions", type=Path, nargs="?", default=course.SAMPLE_CLASS)
+    grade.add_argument("--out", type=Path, default=Path("out/grading"),
+                       help="where grades.csv, feedback/ and the gradebook go (default: out/grading)")
+    args = parser.parse_args(argv)
+
+    if args.command == "release":
+        from .release import release
+
+        for path in release():
+            print(f"released {path.relative_to(course.ROOT)}")
+        return 0
+
+    from .grade import format_table, grade_class
+
+    # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
+    # without ids); the grade table is what the instructor needs to see.
+    warnings.filterwarnings("ignore", module="nbgrader")
+    warnings.filterwarnings("ignore", module="nbformat")
+
+    if not args.submissions.is_dir():
+        print(f"course-grader: no submissions folder at {args.submissions}: "
+              "pass DIR laid out as DIR/<student_id>/<assignment_id>/<notebook>.ipynb", file=sys.stderr)
+        return 2
+    rows = grade_class(args.submissions, args.out)
+    print(format_table(rows))
+    print(f"\ngrade table: {args.out / 'grades.csv'}")
+    print(f"feedback:    {args.out / 'course' / 'feedback'}/<student_id>/<assignment_id>/<notebook>.html")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

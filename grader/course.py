@@ -1,0 +1,38 @@
+"""Where the course's folders are, which assignments exist, and how ids are named.
+
+One exercise id (``similarity-dot_product``: topic, hyphen, name) names the solution cell's grade_id; its
+graded test cell is ``<exercise id>-test``; the grade table has one column per id.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_FILE = ROOT / "nbgrader_config.py"
+SOLUTIONS = ROOT / "solutions"
+NOTEBOOKS = ROOT / "notebooks"
+SAMPLE_CLASS = ROOT / "sample_class"
+TEST_SUFFIX = "-test"
+
+
+def load_config() -> Config:
+    """The course's nbgrader configuration, read from nbgrader_config.py."""
+    return PyFileConfigLoader(CONFIG_FILE.name, path=str(ROOT)).load_config()
+
+
+def assignments() -> list[str]:
+    """Assignment ids: the folders of solutions/ that hold a notebook, sorted."""
+    return sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def notebook_names(assignment_id: str) -> list[str]:
+    """The notebook names (without .ipynb) of one assignment, sorted."""
+    return sorted(p.stem for p in (SOLUTIONS / assignment_id).glob("*.ipynb"))
+
+
+def exercise_id(grade_id: str) -> str:
+    """The exercise id that a cell's grade_id belongs to."""
+    return grade_id[: -len(TEST_SUFFIX)] if grade_id.endswith(TEST_SUFFIX) else grade_id

@@ -1,0 +1,55 @@
+"""nbgrader 0.9.6 configuration of the course: the one place nbgrader is set up.
+
+Read by every nbgrader command run from this folder, by `make lab`'s Validate
+button, and by the grader package (grader/course.py loads this file).
+"""
+import os
+
+c = get_config()  # noqa: F821 - provided by nbgrader's config loader
+
+# The course root is the folder of this file, wherever the repository is cloned.
+c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
+c.CourseDirectory.course_id = "attention-from-scratch"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+
+# Submission timestamps are read and written in UTC.
+c.Exchange.timezone = "UTC"
+
+# Execution while grading. Every notebook must run in 30 s while graded
+# (exercise-standard.md), so a cell gets 45 s (PyTorch imports and short training runs
+# on a slow or busy machine fit) and a whole notebook 60 s: an endless loop costs one
+# submission a minute, not a minute per cell that calls it. The kernel is always this
+# environment's "python3", whatever a student's notebook says.
+c.Execute.timeout = 45
+c.BudgetedExecute.notebook_timeout = 60
+c.Execute.startup_timeout = 120
+c.Execute.interrupt_on_timeout = True
+c.Execute.kernel_name = "python3"
+c.Autograde.autograde_preprocessors = [
+    "grader.execute.BudgetedExecute",  # in place of nbgrader.preprocessors.Execute
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# A Python warning printed on stderr (PyTorch prints some) does not cost points:
+# nbgrader scores a test cell 0 when it has stderr output, so drop the ones that are
+# warnings in Python's own format ("file.py:12: UserWarning: ...").
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"^[^\n]*:\d+: \w*Warning: "
+
+# A test cell the student deleted is put back from the source and graded.
+c.OverwriteCells.add_missing_cells = True
+
+# Feedback shows the diagnosis of each failed check, never hidden test code or
+# grader tracebacks.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "grader.feedback.ExplainFailures",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

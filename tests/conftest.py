@@ -1,0 +1,66 @@
+"""Shared fixtures: the reference solutions loaded in process, and one graded class."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from grader import course
+
+
+def solution_namespace(assignment_id: str) -> dict:
+    """Run the setup and solution cells of an assignment's source notebook in process."""
+    path = course.SOLUTIONS / assignment_id / f"{assignment_id}.ipynb"
+    namespace: dict = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or meta.get("locked") and not meta.get("grade")):
+            exec(compile(cell.source, f"{path.name}:{meta.get('grade_id')}", "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="session")
+def similarity() -> dict:
+    """The reference functions of notebook 01 (dot_product, cosine_similarity, ...)."""
+    return solution_namespace("01_similarity")
+
+
+@pytest.fixture(scope="session")
+def graded_class(tmp_path_factory) -> dict:
+    """The sample class plus the solution and the untouched release notebook as two
+    more students and one student with no assignment folder, graded once."""
+    from grader.grade import grade_class
+
+    root = tmp_path_factory.mktemp("class")
+    submissions = root / "submitted"
+    shutil.copytree(course.SAMPLE_CLASS, submissions)
+    for student, source in [("zz_solution", course.SOLUTIONS), ("zz_release", course.NOTEBOOKS)]:
+        for assignment_id in course.assignments():
+            dest = submissions / student / assignment_id
+            shutil.copytree(source / assignment_id, dest)
+    (submissions / "zz_absent").mkdir()
+    before = _digest(submissions)
+    rows = grade_class(submissions, root / "out", progress=False)
+    return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "out",
+            "submissions": submissions, "unchanged": _digest(submissions) == before}
+
+
+def _digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def expected_grades() -> dict:
+    """(student_id, assignment_id) -> the recorded expectation in sample_class/<student>/expected.json."""
+    out = {}
+    for path in sorted(course.SAMPLE_CLASS.glob("*/expected.json")):
+        for assignment_id, expected in json.loads(path.read_text()).items():
+            out[(path.parent.name, assignment_id)] = expected
+    return out
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)

@@ -1,0 +1,95 @@
+"""The whole grading pipeline on real notebooks: one nbgrader run over a class.
+
+The class is the bundled sample class plus three more students: the solution
+notebook, the untouched release notebook, and a student with no assignment folder.
+"""
+from __future__ import annotations
+
+import csv
+
+import nbformat
+import pytest
+
+from grader import course
+from tests.conftest import expected_grades
+
+ASSIGNMENT = "01_similarity"
+
+
+@pytest.mark.parametrize("key,expected", sorted(expected_grades().items()), ids=lambda k: "/".join(k) if isinstance(k, tuple) else "")
+def test_sample_class_grades_as_recorded(graded_class, key, expected):
+    row = graded_class["rows"][key]
+    assert row.status == expected["status"], row.diagnoses
+    assert row.points == expected["exercises"], row.diagnoses
+    assert row.score == expected["score"]
+    assert row.max_score == sum(expected_max().values())
+
+
+def expected_max():
+    return {"similarity-dot_product": 2, "similarity-cosine_similarity": 2,
+            "similarity-score_matrix": 3, "similarity-soft_lookup": 3}
+
+
+def test_sample_class_is_a_real_class():
+    """At least 8 submissions, all recorded, with every kind of student the course promises."""
+    recorded = expected_grades()
+    assert len(recorded) >= 8
+    statuses = [e["status"] for e in recorded.values()]
+    assert any("renamed" in s for s in statuses)
+    assert any("not valid notebook JSON" in s for s in statuses)
+    assert any("time limit" in s for s in statuses)
+    scores = [e["score"] for e in recorded.values()]
+    assert 0 in scores and 10 in scores and any(0 < s < 10 for s in scores)
+
+
+def test_solution_scores_full_marks_and_runs_without_error(graded_class):
+    row = graded_class["rows"][("zz_solution", ASSIGNMENT)]
+    assert row.status == "graded" and row.score == row.max_score == 10, row.diagnoses
+    graded = graded_class["out"] / "course" / "autograded" / "zz_solution" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    for cell in nbformat.read(graded, as_version=4).cells:
+        for output in cell.get("outputs", []):
+            assert output.output_type != "error", f"cell {cell.get('id')}: {output.get('evalue')}"
+
+
+def test_release_notebook_scores_zero_on_every_exercise(graded_class):
+    """Every graded cell can fail: the untouched student version earns nothing anywhere."""
+    row = graded_class["rows"][("zz_release", ASSIGNMENT)]
+    assert row.status == "graded"
+    assert row.points == dict.fromkeys(expected_max(), 0.0)
+    assert set(row.diagnoses) == set(expected_max())
+    assert all("not answered yet" in d for d in row.diagnoses.values())
+
+
+def test_missing_assignment_folder_gets_a_row(graded_class):
+    row = graded_class["rows"][("zz_absent", ASSIGNMENT)]
+    assert (row.score, row.status) == (0, "not graded: no submission")
+
+
+def test_grades_csv_has_one_row_per_submission_and_a_column_per_exercise(graded_class):
+    with open(graded_class["out"] / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[:5] == ["student_id", "assignment_id", "score", "max_score", "status"]
+    assert set(list(rows[0])[5:]) == set(expected_max())
+    assert len(rows) == len(graded_class["rows"])
+
+
+def test_feedback_explains_without_hidden_code(graded_class):
+    out = graded_class["out"] / "course" / "feedback"
+    html = (out / "chloe" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+    assert "softmax over the key axis" in html  # chloe's diagnosis
+    for student in ("chloe", "zz_release", "gus"):
+        html = (out / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+        assert "grader.checks" not in html and "HIDDEN TESTS" not in html
+        assert "CheckFailed" not in html
+
+
+def test_grading_never_writes_the_submissions(graded_class):
+    assert graded_class["unchanged"]
+
+
+def test_regrading_is_idempotent(graded_class, tmp_path):
+    from grader.grade import Grader
+
+    before = graded_class["rows"][("chloe", ASSIGNMENT)]
+    again = Grader(graded_class["out"]).grade(graded_class["submissions"] / "chloe" / ASSIGNMENT, "chloe", ASSIGNMENT)
+    assert (again.score, again.points, again.status) == (before.score, before.points, before.status)

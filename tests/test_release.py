@@ -1,0 +1,84 @@
+"""The student notebooks: generated from solutions/, free of solutions and hidden tests."""
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+
+import coursekit
+from grader import course
+from grader.checks import exercise_ids
+from grader.release import release
+from pathlib import Path
+
+HIDDEN_CALL = re.compile(r'^from grader\.checks import check; check\("(?P<id>[\w-]+)", \w+(, \w+)*\)$')
+SECRETS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "grader")
+
+
+def _cells(path):
+    return nbformat.read(path, as_version=4).cells
+
+
+def _comparable(path):
+    nb = nbformat.read(path, as_version=4)
+    return [(c.cell_type, c.source, c.metadata.get("nbgrader")) for c in nb.cells]
+
+
+def test_notebooks_equal_a_fresh_release(tmp_path):
+    fresh = release(tmp_path)
+    assert [p.relative_to(tmp_path) for p in fresh] == [
+        p.relative_to(course.NOTEBOOKS) for p in sorted(course.NOTEBOOKS.glob("*/*.ipynb"))]
+    for path in fresh:
+        assert _comparable(path) == _comparable(course.NOTEBOOKS / path.relative_to(tmp_path)), (
+            f"{path.name} is out of date: run `make release` and commit notebooks/")
+
+
+def test_student_notebooks_hold_no_solution_hidden_test_or_output():
+    for path in sorted(course.NOTEBOOKS.glob("*/*.ipynb")):
+        for cell in _cells(path):
+            for secret in SECRETS:
+                assert secret not in cell.source, f"{path.name}: '{secret}' in cell {cell.get('id')}"
+            assert not cell.get("outputs"), f"{path.name}: cell {cell.get('id')} has outputs"
+
+
+def test_student_package_holds_no_solution_or_check():
+    """coursekit defines none of the functions the learner writes and imports no grader code."""
+    learner_functions = set()
+    for path in sorted(course.SOLUTIONS.glob("*/*.ipynb")):
+        for cell in _cells(path):
+            if cell.metadata.get("nbgrader", {}).get("solution"):
+                learner_functions |= {n.name for n in ast.walk(ast.parse(cell.source))
+                                      if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert learner_functions, "no solution functions found"
+    for source in Path(coursekit.__file__).parent.rglob("*.py"):
+        text = source.read_text()
+        tree = ast.parse(text)
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & learner_functions, f"{source.name} defines {defined & learner_functions}"
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not any(m.split(".")[0] == "grader" for m in imported), f"{source.name} imports grader"
+        for secret in SECRETS[:4]:
+            assert secret not in text
+
+
+def test_hidden_tests_are_one_line_calls_by_exercise_id():
+    """Solution cell grade_id = exercise id; its test cell = id + '-test' and holds one check call."""
+    seen = []
+    for path in sorted(course.SOLUTIONS.glob("*/*.ipynb")):
+        cells = _cells(path)
+        solutions = {c.metadata.nbgrader["grade_id"] for c in cells if c.metadata.get("nbgrader", {}).get("solution")}
+        for cell in cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if not (meta.get("grade") and not meta.get("solution")):
+                continue
+            exercise = course.exercise_id(meta["grade_id"])
+            assert meta["grade_id"] == exercise + course.TEST_SUFFIX
+            assert exercise in solutions, f"test cell {meta['grade_id']} has no solution cell {exercise}"
+            hidden = re.search(r"### BEGIN HIDDEN TESTS\n(.*?)\n### END HIDDEN TESTS", cell.source, re.S)
+            assert hidden, f"{meta['grade_id']} has no hidden tests"
+            match = HIDDEN_CALL.match(hidden.group(1))
+            assert match and match.group("id") == exercise, f"{meta['grade_id']}: {hidden.group(1)!r}"
+            seen.append(exercise)
+    assert sorted(seen) == exercise_ids(), "every check is used by exactly one test cell"
