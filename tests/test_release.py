@@ -82,3 +82,14 @@ def test_hidden_tests_are_one_line_calls_by_exercise_id():
             assert match and match.group("id") == exercise, f"{meta['grade_id']}: {hidden.group(1)!r}"
             seen.append(exercise)
     assert sorted(seen) == exercise_ids(), "every check is used by exactly one test cell"
+
+
+def test_validate_button_flags_the_student_version_and_passes_a_finished_one():
+    """What nbgrader's Validate button runs, with the course configuration."""
+    from nbgrader.validator import Validator
+
+    validator = Validator(config=course.load_config())
+    untouched = validator.validate(str(course.NOTEBOOKS / "01_similarity" / "01_similarity.ipynb"))
+    assert len(untouched["failed"]) == 4
+    finished = validator.validate(str(course.SAMPLE_CLASS / "ada" / "01_similarity" / "01_similarity.ipynb"))
+    assert not finished.get("failed") and not finished.get("changed")
