@@ -26,6 +26,9 @@ c.BudgetedExecute.notebook_timeout = 60
 c.Execute.startup_timeout = 120
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
+# nbgrader's default for Python kernels, plus: keep the kernel's own start-up notices
+# (e.g. about its loopback TCP transport) out of the instructor's terminal.
+c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
 c.Autograde.autograde_preprocessors = [
     "grader.execute.BudgetedExecute",  # in place of nbgrader.preprocessors.Execute
     "nbgrader.preprocessors.IgnorePattern",
