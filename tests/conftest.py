@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import nbformat
-import numpy as np
 import pytest
 
 from grader import course
@@ -61,6 +60,3 @@ def expected_grades() -> dict:
             out[(path.parent.name, assignment_id)] = expected
     return out
 
-
-def rng(seed: int = 0) -> np.random.Generator:
-    return np.random.default_rng(seed)
