@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Gradebook
 from tqdm import tqdm
 
 from . import course

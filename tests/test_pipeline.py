@@ -10,7 +10,6 @@ import csv
 import nbformat
 import pytest
 
-from grader import course
 from tests.conftest import expected_grades
 
 ASSIGNMENT = "01_similarity"
