@@ -29,19 +29,22 @@ c.Execute.kernel_name = "python3"
 # nbgrader's default for Python kernels, plus: keep the kernel's own start-up notices
 # (e.g. about its loopback TCP transport) out of the instructor's terminal.
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+# Grades are decided outside the student's kernel (grader/verify.py): questions go in
+# before execution, answers are judged after it; the kernel runs sandboxed
+# (grader/sandbox.py) with a notebook time budget and output limits (grader/execute.py).
 c.Autograde.autograde_preprocessors = [
+    "grader.verify.AskQuestions",
     "grader.execute.BudgetedExecute",  # in place of nbgrader.preprocessors.Execute
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "grader.verify.SaveVerifiedGrades",  # in place of nbgrader.preprocessors.SaveAutoGrades
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
-# A Python warning printed on stderr (PyTorch prints some) does not cost points:
-# nbgrader scores a test cell 0 when it has stderr output, so drop the ones that are
-# warnings in Python's own format ("file.py:12: UserWarning: ...").
+# Python warnings printed on stderr (PyTorch prints some) are dropped from the graded
+# notebook, so feedback is not cluttered ("file.py:12: UserWarning: ...").
 c.IgnorePattern.enabled = True
 c.IgnorePattern.pattern = r"^[^\n]*:\d+: \w*Warning: "
 

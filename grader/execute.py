@@ -1,38 +1,123 @@
-"""Notebook execution while grading: nbgrader's Execute with a whole-notebook time budget.
+"""Notebook execution while grading: nbgrader's Execute, sandboxed and bounded.
 
-nbgrader limits each cell; a submission whose slow function is called from several
-cells would pay the cell limit again and again. Here every cell's limit is also cut
-to what is left of the notebook's budget, so one submission costs at most
-``notebook_timeout`` seconds of kernel time, and every cell still gets an error
-output (never a silent skip) when time runs out.
+On top of nbgrader's per-cell time limit, ``BudgetedExecute``
+
+- runs the kernel in ``grader.sandbox.SandboxedKernelManager``;
+- gives the whole notebook a time budget: each cell's limit is cut to what is left,
+  so an endless loop called from several cells costs one budget, not a limit per cell;
+- caps output in bytes per cell and per notebook (nbgrader counts lines, so one huge
+  line would pass): past the cap, output is dropped and the cell is interrupted;
+- survives a kernel that dies or will not stop: the cell gets a plain-language
+  error, the remaining cells are marked "not run", and the notebook is still saved
+  and graded (answers given before that point keep their points).
+
+What happened to a cell is recorded, for the verdicts, in
+``resources["attention_course"]["events"][cell_index]``.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from .sandbox import SandboxedKernelManager
+
+_KB = 1024
+
+
+def _size(msg: dict) -> int:
+    content = msg.get("content", {})
+    if "text" in content:
+        return len(content["text"])
+    data = content.get("data", {})
+    return sum(len(v) if isinstance(v, str) else len(str(v)) for v in data.values()) + \
+        sum(len(str(v)) for v in content.get("traceback", []))
+
 
 class BudgetedExecute(Execute):
-    """``Execute`` whose per-cell timeout never exceeds the notebook's remaining budget."""
+    """nbgrader's ``Execute`` in a sandbox, with a notebook time budget and byte limits."""
 
-    notebook_timeout = Integer(
-        60, help="Seconds of execution allowed for a whole notebook while grading."
-    ).tag(config=True)
+    notebook_timeout = Integer(60, help="Seconds of execution allowed for a whole notebook.").tag(config=True)
+    cell_output_kb = Integer(2048, help="Output kept per cell, KiB.").tag(config=True)
+    notebook_output_kb = Integer(8192, help="Output kept per notebook, KiB.").tag(config=True)
 
-    _deadline: float | None = None
+    def __init__(self, *args, **kwargs):
+        kwargs["kernel_manager_class"] = SandboxedKernelManager  # nbgrader passes its own
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, *args, **kwargs):
         self._deadline = time.monotonic() + self.notebook_timeout
-        try:
-            return super().preprocess(nb, resources, *args, **kwargs)
-        finally:
-            self._deadline = None
+        self._stopped: str | None = None
+        self._notebook_bytes = self._cell_bytes = 0
+        self._cell_over = False
+        self._events = resources.setdefault("attention_course", {}).setdefault("events", {})
+        return super().preprocess(nb, resources, *args, **kwargs)
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        self.km.seal()
+        return kc
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
-        if cell is None or self._deadline is None:
+        if cell is None or getattr(self, "_deadline", None) is None:
             return timeout
         remaining = max(1, int(self._deadline - time.monotonic()))
         return remaining if timeout is None else min(timeout, remaining)
+
+    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+        if cell.cell_type != "code" or not cell.source.strip():
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        if self._stopped:
+            cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
+            self._events[cell_index] = f"not run: {self._stopped}"
+            return cell
+        self._cell_bytes, self._cell_over = 0, False
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except DeadKernelError:
+            self._stop(cell, cell_index, "the Python kernel stopped in this cell (os._exit, a crash, "
+                                         "or a time, memory or process limit)")
+        except CellTimeoutError:  # the interrupt at the time limit did not stop the cell
+            self._stop(cell, cell_index, "the cell ignored the interrupt at the time limit, so its "
+                                         "kernel was stopped")
+            await self._async_kill()
+        return cell
+
+    def _stop(self, cell: NotebookNode, cell_index: int, why: str) -> None:
+        self._stopped = "an earlier cell stopped the kernel"
+        self._events[cell_index] = why
+        cell.outputs.append(_error("KernelStopped", why))
+
+    async def _async_kill(self) -> None:
+        try:
+            await self.km.shutdown_kernel(now=True)
+        except Exception as error:  # already gone
+            self.log.debug("kill: %s", error)
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = _size(msg)
+        self._cell_bytes += size
+        self._notebook_bytes += size
+        limit = None
+        if self._cell_bytes > self.cell_output_kb * _KB:
+            limit = f"{self.cell_output_kb} KiB a cell"
+        elif self._notebook_bytes > self.notebook_output_kb * _KB:
+            limit = f"{self.notebook_output_kb} KiB a notebook"
+        if limit is None:
+            return super().output(outs, msg, display_id, cell_index)
+        if not self._cell_over:
+            self._cell_over = True
+            why = f"the cell printed more than the output limit ({limit}) and was interrupted"
+            self._events[cell_index] = why
+            outs.append(_error("OutputLimit", why))
+            asyncio.ensure_future(self.km.interrupt_kernel())
+        return None
+
+
+def _error(name: str, text: str) -> NotebookNode:
+    return NotebookNode(output_type="error", ename=name, evalue=text, traceback=[f"{name}: {text}"])

@@ -12,6 +12,8 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
 
+from coursekit.probe import MIME
+
 from .course import exercise_id
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -46,13 +48,24 @@ def diagnose(cell: NotebookNode, limits: str = "") -> str | None:
     return f"{name}: {value.splitlines()[0] if value else ''}".strip()
 
 
+def verdict_of(cell: NotebookNode) -> dict | None:
+    """The trusted verdict ``grader.verify`` stored on a graded test cell, if any."""
+    return cell.metadata.get("attention_course")
+
+
 class ExplainFailures(NbGraderPreprocessor):
-    """Replace each error in a graded test cell with its one-line diagnosis."""
+    """Show each graded test cell's verdict in one line, instead of errors and answers.
+
+    The answers handed to the grader and any traceback (hidden test code, grader
+    internals) are removed; a failed exercise gets its diagnosis.
+    """
 
     def preprocess_cell(self, cell, resources, index):
         if is_test_cell(cell):
-            message = diagnose(cell)
-            outputs = [o for o in cell.outputs if o.output_type != "error"]
+            verdict = verdict_of(cell) or {}
+            outputs = [o for o in cell.outputs
+                       if o.output_type != "error" and MIME not in o.get("data", {})]
+            message = verdict.get("diagnosis") if verdict else diagnose(cell)
             if message:
                 exercise = exercise_id(cell.metadata.nbgrader["grade_id"])
                 outputs.append(NotebookNode(

@@ -18,7 +18,7 @@ from nbgrader.api import Gradebook
 from tqdm import tqdm
 
 from . import course
-from .feedback import diagnose, is_test_cell
+from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
@@ -128,10 +128,12 @@ def _collect(ws: Workspace, student_id: str, assignment_id: str, notebook: str,
     graded = ws.course / "autograded" / student_id / assignment_id / f"{notebook}.ipynb"
     diagnoses = {}
     for cell in nbformat.read(graded, as_version=4).cells:
-        if is_test_cell(cell):
-            message = diagnose(cell, limits)
-            if message:
-                diagnoses[course.exercise_id(cell.metadata.nbgrader["grade_id"])] = message
+        verdict = verdict_of(cell) if is_test_cell(cell) else None
+        if verdict and not verdict["passed"]:
+            message = verdict["diagnosis"]
+            if message.startswith("stopped at the time limit"):
+                message = message.replace("stopped at the time limit", f"stopped at the time limit{limits}", 1)
+            diagnoses[verdict["exercise"]] = message
     return points, diagnoses
 
 

@@ -1,39 +1,82 @@
-"""What every check shares: the registry, calling the learner's code, judging an answer.
+"""What every check shares: the registry, questions and verdicts, judging an answer.
 
-A check never trusts the objects a learner returns: answers are converted to plain
-float64 numpy arrays of a known shape before anything is compared, and they are
-compared with tolerances against a reference the check computes itself.
+An exercise's check is split in two so that grading never trusts the kernel:
+
+- ``questions(rng)``: the inputs to call the learner's function with, each paired with
+  a ``verify(answer)`` that knows the reference. Only the inputs enter the kernel.
+- ``verify(answer)`` runs in the trusted grader on the answer as plain data
+  (``numpy.ndarray``, a tuple of answers, :class:`Raised` or :class:`Unsupported`),
+  decoded from the kernel's JSON by ``grader.wire``. It raises :class:`CheckFailed`
+  with a diagnosis when the answer is wrong.
+
+``check(exercise_id, fn)`` runs both halves in one process (an instructor running the
+solution notebook, the tests); ``grader.verify`` runs them on either side of the
+sandbox while grading.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib
 import pkgutil
-import sys
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-_REGISTRY: dict[str, Callable[..., None]] = {}
+from coursekit import probe
 
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
 ATOL = 1e-5
-_MAX_MESSAGE = 300
 
 
 class CheckFailed(AssertionError):
     """A learner's answer is wrong; ``str(error)`` is the diagnosis shown as feedback."""
 
 
-def exercise(exercise_id: str):
-    """Register the decorated function as the check for ``exercise_id``."""
+@dataclass(frozen=True)
+class Raised:
+    """The learner's function raised; ``message`` is ``"TypeError: ..."``."""
 
-    def register(fn: Callable[..., None]) -> Callable[..., None]:
+    message: str
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """The learner's function returned something that is not numeric data."""
+
+    kind: str  # e.g. "a str", "an array of dtype object"
+
+
+Answer = "np.ndarray | tuple | Raised | Unsupported"
+
+
+@dataclass(frozen=True)
+class Question:
+    """One call of the learner's function: its arguments and how to judge the answer."""
+
+    args: tuple[np.ndarray, ...]
+    verify: Callable[[object], None]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    function: str  # the name the learner's function has in the notebook, for messages
+    questions: Callable[[np.random.Generator], list[Question]]
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(exercise_id: str, function: str):
+    """Register the decorated ``questions(rng)`` as the check of ``exercise_id``."""
+
+    def register(questions: Callable[[np.random.Generator], list[Question]]):
         if exercise_id in _REGISTRY:
             raise ValueError(f"two checks registered for {exercise_id!r}")
-        _REGISTRY[exercise_id] = fn
-        return fn
+        _REGISTRY[exercise_id] = Exercise(exercise_id, function, questions)
+        return questions
 
     return register
 
@@ -43,96 +86,99 @@ def _topics() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
 
 
-def _load_topic(topic: str) -> None:
+def get(exercise_id: str) -> Exercise:
+    """The registered exercise.
+
+    Raises:
+        LookupError: no check is registered under ``exercise_id`` (a course bug).
+    """
+    topic = exercise_id.split("-")[0]
     if topic not in _topics():
         raise LookupError(f"no checks for topic {topic!r}; known topics: {', '.join(_topics())}")
     importlib.import_module(f"grader.checks.{topic}")
+    try:
+        return _REGISTRY[exercise_id]
+    except KeyError:
+        raise LookupError(f"no check registered for exercise {exercise_id!r}") from None
 
 
 def exercise_ids(topic: str | None = None) -> list[str]:
     """All registered exercise ids (of one topic, if given), sorted."""
     for name in [topic] if topic else _topics():
-        _load_topic(name)
+        importlib.import_module(f"grader.checks.{name}")
     return sorted(e for e in _REGISTRY if topic is None or e.split("-")[0] == topic)
 
 
-def check(exercise_id: str, *answers: object) -> None:
-    """Run the hidden check of ``exercise_id`` on the learner's ``answers``.
+def public_seed(exercise_id: str) -> int:
+    """The seed of in-process checks (no course secret): fixed per exercise."""
+    return int.from_bytes(hashlib.sha256(exercise_id.encode()).digest()[:8], "little")
+
+
+def questions(exercise_id: str, seed: int) -> list[Question]:
+    """The exercise's questions drawn from ``seed`` (the same seed, the same inputs)."""
+    return get(exercise_id).questions(np.random.default_rng(seed))
+
+
+def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> str | None:
+    """Judge decoded ``answers`` to the questions of ``seed``: None if right, else the diagnosis.
+
+    ``answers`` is None when the kernel handed back nothing for this exercise.
+    """
+    asked = questions(exercise_id, seed)
+    if answers is None:
+        return "no answer reached the grader: the test cell did not finish"
+    if answers and all(isinstance(a, Raised) and a.message.startswith("NotImplementedError") for a in answers):
+        return f"{get(exercise_id).function}: not answered yet, it still raises NotImplementedError"
+    if len(answers) != len(asked):
+        return f"the grader asked {len(asked)} questions and received {len(answers)} answers"
+    try:
+        for question, given in zip(asked, answers):
+            question.verify(given)
+    except CheckFailed as error:
+        return str(error)
+    return None
+
+
+def check(exercise_id: str, fn: object) -> None:
+    """Run the hidden check of ``exercise_id`` on the learner's ``fn`` in this process.
 
     Raises:
         CheckFailed: the answer is wrong; the message is the diagnosis.
         LookupError: no check is registered under ``exercise_id`` (a course bug).
     """
-    _load_topic(exercise_id.split("-")[0])
-    try:
-        run = _REGISTRY[exercise_id]
-    except KeyError:
-        raise LookupError(f"no check registered for exercise {exercise_id!r}") from None
-    run(*answers)
+    from ..wire import decode_payload
+
+    seed = public_seed(exercise_id)
+    asked = questions(exercise_id, seed)
+    payload = probe.collect(exercise_id, fn, [list(q.args) for q in asked])
+    answers = decode_payload(payload, exercise_id)
+    message = verdict(exercise_id, seed, answers)
+    if message:
+        raise CheckFailed(message)
     print(f"{exercise_id}: all hidden checks passed")
 
 
-def rng_for(exercise_id: str, case: int = 0) -> np.random.Generator:
-    """A generator seeded from the exercise id, so that regrading sees the same inputs."""
-    digest = hashlib.sha256(f"{exercise_id}/{case}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+def value(answer: object, name: str) -> object:
+    """The answer as data, or a diagnosis when the function raised or returned non-data."""
+    if isinstance(answer, Raised):
+        if answer.message.startswith("NotImplementedError"):
+            raise CheckFailed(f"{name}: not answered yet, it still raises NotImplementedError")
+        raise CheckFailed(f"{name} raised {answer.message}")
+    if isinstance(answer, Unsupported):
+        raise CheckFailed(f"{name} should be a numpy array or torch tensor, but it is {answer.kind}")
+    return answer
 
 
-def _short(text: object) -> str:
-    text = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
-
-
-def call(fn: object, *args: np.ndarray, name: str) -> object:
-    """Call the learner's ``fn`` on copies of ``args``.
-
-    Inputs are numpy float64 arrays. A function written for torch tensors (it raises
-    TypeError or AttributeError on numpy input) is called again with torch tensors, so
-    either library is a valid answer.
+def to_array(answer: object, what: str) -> np.ndarray:
+    """A decoded answer as a float64 array.
 
     Raises:
-        CheckFailed: ``fn`` is not callable or raises on both kinds of input.
+        CheckFailed: the answer is an error, a tuple or not numeric.
     """
-    if not callable(fn):
-        raise CheckFailed(f"{name} should be a function, but it is a {type(fn).__name__}")
-    try:
-        return fn(*(np.array(a, copy=True) for a in args))
-    except Exception as numpy_error:  # the learner's code may raise anything
-        first = numpy_error
-    if isinstance(first, (TypeError, AttributeError)):
-        try:
-            import torch
-        except ImportError:  # pragma: no cover - torch is a course dependency
-            torch = None
-        if torch is not None:
-            try:
-                return fn(*(torch.tensor(a) for a in args))
-            except Exception:
-                pass
-    raise CheckFailed(f"{name} raised {type(first).__name__}: {_short(first)}") from None
-
-
-def to_array(value: object, what: str) -> np.ndarray:
-    """Convert an answer to a fresh float64 numpy array without trusting its methods.
-
-    Accepts numpy arrays and scalars, torch tensors, Python numbers and nested
-    lists or tuples of numbers.
-
-    Raises:
-        CheckFailed: the answer is not numeric array-like data.
-    """
-    torch = sys.modules.get("torch")
-    try:
-        if torch is not None and isinstance(value, torch.Tensor):
-            value = value.detach().to("cpu").resolve_conj().numpy()
-        if isinstance(value, (np.ndarray, np.generic, int, float, list, tuple)) and not isinstance(value, bool):
-            raw = np.array(value, copy=True)
-            if raw.dtype.kind not in "biuf":
-                raise TypeError(f"dtype {raw.dtype}")
-            return raw.astype(np.float64)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise CheckFailed(f"{what} should hold real numbers, but converting it failed ({_short(error)})") from None
-    raise CheckFailed(f"{what} should be a numpy array or torch tensor, but it is a {type(value).__name__}")
+    answer = value(answer, what)
+    if isinstance(answer, tuple):
+        raise CheckFailed(f"{what} should be one array, but it is a tuple of {len(answer)} items")
+    return np.asarray(answer, dtype=np.float64)
 
 
 def close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
