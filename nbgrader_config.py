@@ -59,3 +59,13 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Lateness counts only when the instructor gives a due date and the submission times
+# (course-grader grade --duedate ... --timestamps times.csv); students' own
+# timestamp.txt files are never trusted. A late submission scores 0; set "none" to
+# only record how late it was.
+c.LateSubmissionPlugin.penalty_method = "zero"
+
+# The secret that seeds every student's hidden inputs (grader/verify.py). Created on
+# first use; keep it out of the repository and readable by the grader only.
+# c.CourseSecret.secret_file = "/home/instructor/.attention-course-secret"

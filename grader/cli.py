@@ -17,6 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", type=Path, nargs="?", default=course.SAMPLE_CLASS)
     grade.add_argument("--out", type=Path, default=Path("out/grading"),
                        help="where grades.csv, feedback/ and the gradebook go (default: out/grading)")
+    grade.add_argument("--duedate", action="append", default=[], metavar="ASSIGNMENT=DATE",
+                       help='a due date, e.g. 01_similarity="2026-12-01 23:59 UTC" (repeatable)')
+    grade.add_argument("--timestamps", type=Path, metavar="CSV",
+                       help="submission times you trust (student_id,assignment_id,timestamp), "
+                            "e.g. exported from your LMS; needed for late penalties")
     args = parser.parse_args(argv)
 
     if args.command == "release":
@@ -26,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"released {path.relative_to(course.ROOT)}")
         return 0
 
-    from .grade import format_table, grade_class
+    from .grade import format_table, grade_class, read_timestamps
 
     # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
     # without ids); the grade table is what the instructor needs to see.
@@ -37,7 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course-grader: no submissions folder at {args.submissions}: "
               "pass DIR laid out as DIR/<student_id>/<assignment_id>/<notebook>.ipynb", file=sys.stderr)
         return 2
-    rows = grade_class(args.submissions, args.out)
+    bad = [d for d in args.duedate if "=" not in d]
+    if bad:
+        print(f"course-grader: --duedate wants ASSIGNMENT=DATE, got {bad[0]!r}", file=sys.stderr)
+        return 2
+    duedates = dict(d.split("=", 1) for d in args.duedate)
+    timestamps = read_timestamps(args.timestamps) if args.timestamps else None
+    rows = grade_class(args.submissions, args.out, duedates=duedates, timestamps=timestamps)
     print(format_table(rows))
     print(f"\ngrade table: {args.out / 'grades.csv'}")
     print(f"feedback:    {args.out / 'course' / 'feedback'}/<student_id>/<assignment_id>/<notebook>.html")

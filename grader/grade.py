@@ -8,7 +8,9 @@ with one submission becomes that row's status; it never stops the batch.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
+MAX_EXTRA_BYTES = 20 * 1024 * 1024
 
 
 @dataclass
@@ -90,16 +93,36 @@ def _read_notebook(path: Path) -> nbformat.NotebookNode:
                             "open it in Jupyter, save it, and resubmit") from None
 
 
-def _stage(source: Path, dest: Path, notebooks: list[str]) -> str:
+def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> list[str]:
+    """Make copied cells ordinary cells: nbgrader aborts on a grade id seen twice.
+
+    The first cell with a grade id keeps it; later copies lose their nbgrader
+    metadata and still run. Returns the grade ids that were duplicated.
+    """
+    seen, copied = set(), []
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id is None:
+            continue
+        if grade_id in seen:
+            del cell.metadata["nbgrader"]
+            copied.append(grade_id)
+        seen.add(grade_id)
+    return sorted(set(copied))
+
+
+def _stage(source: Path, dest: Path, notebooks: list[str], timestamp: str | None) -> str:
     """Copy one submission into the workspace; return a note on what was fixed up.
 
     In a one-notebook assignment, a lone notebook under another name is graded as the
-    expected one (students rename and copy files). The bytes are copied unchanged.
+    expected one (students rename and copy files). Copied cells lose their grade ids.
+    Other files are copied up to ``MAX_EXTRA_BYTES`` each. The student's own
+    timestamp.txt is never used: ``timestamp`` is the instructor's record, if any.
     """
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    notes = []
+    notes, used = [], set()
     for notebook in notebooks:
         found = source / f"{notebook}.ipynb"
         if not found.is_file():
@@ -110,11 +133,25 @@ def _stage(source: Path, dest: Path, notebooks: list[str]) -> str:
                                     "submit the notebook under its original name")
             found = candidates[0]
             notes.append(f"graded '{found.name}' as '{notebook}.ipynb' (renamed)")
-        _read_notebook(found)
-        shutil.copyfile(found, dest / f"{notebook}.ipynb")
-    stamp = source / "timestamp.txt"
-    if stamp.is_file() and stamp.stat().st_size < 1024:
-        shutil.copyfile(stamp, dest / "timestamp.txt")
+        used.add(found.name)
+        nb = _read_notebook(found)
+        copied = _dedupe_grade_ids(nb)
+        if copied:
+            notes.append(f"copied cells ({', '.join(copied)}) were run as ordinary cells")
+        nbformat.write(nb, dest / f"{notebook}.ipynb")
+    skipped = []
+    for extra in sorted(source.iterdir()):
+        if extra.name in used or extra.suffix == ".ipynb" or extra.name == "timestamp.txt" \
+                or extra.name.startswith(".") or not extra.is_file() or extra.is_symlink():
+            continue
+        if extra.stat().st_size > MAX_EXTRA_BYTES:
+            skipped.append(f"{extra.name} ({extra.stat().st_size / 2**20:.0f} MB)")
+        else:
+            shutil.copyfile(extra, dest / extra.name)
+    if skipped:
+        notes.append(f"left out files over {MAX_EXTRA_BYTES // 2**20} MB: {', '.join(skipped)}")
+    if timestamp:
+        (dest / "timestamp.txt").write_text(timestamp + "\n", encoding="utf-8")
     return "; ".join(notes)
 
 
@@ -148,9 +185,19 @@ def _status(note: str, diagnoses: dict[str, str]) -> str:
 class Grader:
     """Grades submissions into one workspace; build it once per batch."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, duedates: dict[str, str] | None = None,
+                 timestamps: dict[tuple[str, str], str] | None = None):
         self.ws = Workspace(Path(out).resolve())
         self.ws.course.mkdir(parents=True, exist_ok=True)
+        # one grader per workspace: it alone writes the gradebook
+        self._lock = open(self.ws.course / ".grader.lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another grader is already working in {self.ws.out}; "
+                               "wait for it to finish or use another --out") from None
+        self.duedates = duedates or {}
+        self.timestamps = timestamps or {}
         config = self.ws.config()
         self.limits = (f" ({config.Execute.timeout} s a cell, "
                        f"{config.BudgetedExecute.notebook_timeout} s a notebook)")
@@ -161,6 +208,8 @@ class Grader:
     def _register(self, assignment_id: str) -> None:
         if assignment_id not in self._registered:
             generate(self.ws.course / "release", self.ws.db_url, [assignment_id])
+            with Gradebook(self.ws.db_url) as gb:
+                gb.update_or_create_assignment(assignment_id, duedate=self.duedates.get(assignment_id))
             self._registered.add(assignment_id)
 
     def max_points(self, assignment_id: str) -> tuple[float, dict[str, float]]:
@@ -186,7 +235,8 @@ class Grader:
             return Row(student_id, assignment_id, 0.0, total, "not graded: no submission", zero)
         notebooks = course.notebook_names(assignment_id)
         try:
-            note = _stage(submission, self.ws.course / "submitted" / student_id / assignment_id, notebooks)
+            note = _stage(submission, self.ws.course / "submitted" / student_id / assignment_id, notebooks,
+                          self.timestamps.get((student_id, assignment_id)))
         except BadSubmission as error:
             return Row(student_id, assignment_id, 0.0, total, f"not graded: {error}", zero)
         result = self.api.autograde(assignment_id, student_id, force=True, create=True)
@@ -197,11 +247,21 @@ class Grader:
             got, why = _collect(self.ws, student_id, assignment_id, notebook, self.limits)
             points.update(got)
             diagnoses.update(why)
+        with Gradebook(self.ws.db_url) as gb:
+            graded = gb.find_submission(assignment_id, student_id)
+            late, penalty = graded.total_seconds_late, graded.late_submission_penalty or 0.0
+        if late > 0:
+            note = "; ".join(filter(None, [note, f"late by {_duration(late)}, penalty {penalty:g} points"]))
         self.api.generate_feedback(assignment_id, student_id, force=True)
         feedback_dir = self.ws.course / "feedback" / student_id / assignment_id
         feedback = [feedback_dir / f"{nb}.html" for nb in notebooks if (feedback_dir / f"{nb}.html").is_file()]
-        return Row(student_id, assignment_id, sum(points.values()), total,
+        return Row(student_id, assignment_id, max(0.0, sum(points.values()) - penalty), total,
                    _status(note, diagnoses), points, diagnoses, feedback)
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{max(minutes, 1)} min"
 
 
 def _autograde_failure(result: dict) -> str:
@@ -226,12 +286,25 @@ def submissions(class_dir: Path) -> list[tuple[str, str, Path]]:
     return [(s.name, a, s / a) for s in students for a in assignment_ids]
 
 
-def grade_class(class_dir: Path, out: Path, progress: bool = True) -> list[Row]:
-    """Grade every submission in ``class_dir``; write ``out/grades.csv``; return the rows."""
+def read_timestamps(path: Path) -> dict[tuple[str, str], str]:
+    """The instructor's submission times: a CSV with student_id, assignment_id, timestamp."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return {(r["student_id"], r["assignment_id"]): r["timestamp"] for r in csv.DictReader(f)}
+
+
+def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dict[str, str] | None = None,
+                timestamps: dict[tuple[str, str], str] | None = None) -> list[Row]:
+    """Grade every submission in ``class_dir``; write ``out/grades.csv``; return the rows.
+
+    ``duedates`` maps assignment ids to due dates and ``timestamps`` (student_id,
+    assignment_id) to submission times, both as nbgrader accepts them
+    ("2026-12-01 23:59:00 UTC"); students' own timestamp.txt files are not trusted.
+    Running it again after an interruption regrades and ends with the same grades.
+    """
     class_dir = Path(class_dir)
     if not class_dir.is_dir():
         raise FileNotFoundError(f"no submissions folder at {class_dir}")
-    grader = Grader(out)
+    grader = Grader(out, duedates, timestamps)
     todo = submissions(class_dir)
     rows = [grader.grade(folder, student, assignment)
             for student, assignment, folder in tqdm(todo, desc="grading", unit="submission",
@@ -243,12 +316,14 @@ def grade_class(class_dir: Path, out: Path, progress: bool = True) -> list[Row]:
 def write_csv(rows: list[Row], path: Path) -> None:
     """grades.csv: student_id, assignment_id, score, max_score, status, one column per exercise."""
     exercises = sorted({e for r in rows for e in r.points})
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    partial = path.with_name(path.name + ".partial")  # a kill mid-write leaves the old file whole
+    with open(partial, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", "assignment_id", "score", "max_score", "status", *exercises])
         for r in rows:
             writer.writerow([r.student_id, r.assignment_id, f"{r.score:g}", f"{r.max_score:g}", r.status,
                              *(f"{r.points[e]:g}" if e in r.points else "" for e in exercises)])
+    os.replace(partial, path)
 
 
 def format_table(rows: list[Row]) -> str:

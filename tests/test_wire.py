@@ -1,0 +1,110 @@
+"""The kernel's answers are hostile input: the decoder and the verdict hold against forgeries."""
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+from nbformat import NotebookNode
+
+from coursekit.probe import MIME, collect, encode_array
+from grader.checks._core import Raised, Unsupported, public_seed, questions
+from grader.verify import _hidden_calls, judge_cell, seed_for
+from grader.wire import Unreadable, decode_payload
+
+EXERCISE = "similarity-dot_product"
+
+
+def _array(dtype="float64", shape=(2,), data=None):
+    data = base64.b64encode(np.zeros(shape, dtype=dtype).tobytes()).decode() if data is None else data
+    return {"value": {"array": {"dtype": dtype, "shape": list(shape), "data": data}}}
+
+
+def test_round_trip_keeps_values_dtype_and_structure():
+    value = (np.arange(6, dtype=np.float32).reshape(2, 3), np.float64(2.5), [1, 2])
+    payload = collect(EXERCISE, lambda: value, [[]])
+    (got,) = decode_payload(payload, EXERCISE)
+    assert isinstance(got, tuple) and got[0].dtype == np.float32 and got[0].shape == (2, 3)
+    assert got[1].shape == () and float(got[1]) == 2.5 and got[2].tolist() == [1.0, 2.0]
+
+
+def test_errors_and_non_data_are_reported_not_trusted():
+    class EqualsAnything:
+        def __eq__(self, other):
+            return True
+
+    payload = collect(EXERCISE, lambda: EqualsAnything(), [[]])
+    payload["answers"] += collect(EXERCISE, lambda: 1 / 0, [[]])["answers"]
+    got = decode_payload(payload, EXERCISE)
+    assert got[0] == Unsupported("a EqualsAnything")
+    assert isinstance(got[1], Raised) and got[1].message.startswith("ZeroDivisionError")
+
+
+@pytest.mark.parametrize("answer", [
+    _array(dtype="object"),                                   # pickled objects hide in object arrays
+    _array(dtype="complex128"),
+    _array(shape=(3,), data=base64.b64encode(b"\0" * 8).decode()),  # shape does not match bytes
+    {"value": {"array": {"dtype": "float64", "shape": [10**7, 10**7], "data": ""}}},
+    {"value": {"array": {"dtype": "float64", "shape": [-1], "data": ""}}},
+    {"value": {"array": {"dtype": "float64", "shape": [True], "data": base64.b64encode(b"\0" * 8).decode()}}},
+    {"value": {"array": {"dtype": "float64", "shape": [1], "data": "not base64!"}}},
+    {"value": {"array": {"dtype": "float64", "shape": [0], "data": "", "passed": True}}},
+    {"value": {"pickle": "gASV"}},
+    {"value": {"sequence": [{"sequence": [{"sequence": [{"sequence": []}]}]}]}},
+    {"verdict": "passed"},
+    "passed",
+])
+def test_malformed_answers_are_unreadable(answer):
+    with pytest.raises(Unreadable):
+        decode_payload({"exercise": EXERCISE, "answers": [answer]}, EXERCISE)
+
+
+@pytest.mark.parametrize("payload", [
+    {"exercise": "similarity-cosine_similarity", "answers": []},  # an answer to another exercise
+    {"exercise": EXERCISE, "answers": [], "verdict": "passed"},
+    {"exercise": EXERCISE, "answers": [_array()] * 65},
+    ["not", "a", "payload"],
+])
+def test_malformed_payloads_are_unreadable(payload):
+    with pytest.raises(Unreadable):
+        decode_payload(payload, EXERCISE)
+
+
+def _test_cell(*payloads) -> NotebookNode:
+    outputs = [NotebookNode(output_type="display_data", data={MIME: p}, metadata={}) for p in payloads]
+    return NotebookNode(cell_type="code", source="", outputs=outputs,
+                        metadata={"nbgrader": {"grade": True, "solution": False, "grade_id": f"{EXERCISE}-test"}})
+
+
+def _right_payload(seed: int) -> dict:
+    asked = questions(EXERCISE, seed)
+    return collect(EXERCISE, lambda a, b: np.sum(a * b, axis=-1), [list(q.args) for q in asked])
+
+
+def test_verdict_needs_exactly_one_readable_right_answer():
+    seed = public_seed(EXERCISE)
+    right = _right_payload(seed)
+    assert judge_cell(_test_cell(right), EXERCISE, seed, None) is None
+    assert "2 answers where one was expected" in judge_cell(_test_cell(right, right), EXERCISE, seed, None)
+    assert "no answer reached the grader" in judge_cell(_test_cell(), EXERCISE, seed, None)
+    assert "could not be read" in judge_cell(_test_cell({"exercise": EXERCISE, "verdict": "passed"}),
+                                             EXERCISE, seed, None)
+    # right answers to other inputs (a leaked or replayed payload) are wrong here
+    assert judge_cell(_test_cell(right), EXERCISE, seed + 1, None) is not None
+
+
+def test_seeds_depend_on_secret_student_and_submission():
+    base = seed_for(b"secret", "ada", "01_similarity", EXERCISE, "digest")
+    assert base == seed_for(b"secret", "ada", "01_similarity", EXERCISE, "digest")  # regrading
+    for changed in [seed_for(b"other", "ada", "01_similarity", EXERCISE, "digest"),
+                    seed_for(b"secret", "ben", "01_similarity", EXERCISE, "digest"),
+                    seed_for(b"secret", "ada", "01_similarity", EXERCISE, "changed")]:
+        assert changed != base
+    a = questions(EXERCISE, base)[1].args[0]
+    assert not np.array_equal(a, questions(EXERCISE, base + 1)[1].args[0])
+
+
+def test_only_the_exact_hidden_call_is_rewritten():
+    source = 'from grader.checks import check\ncheck("x-y", f)\nassert f(1) == 2\ncheck("x-z",\n g)\n'
+    assert _hidden_calls(source) == [(2, "x-y", "f")]
+    assert encode_array(np.float64(1.0))["array"]["shape"] == []
