@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 SUBMISSIONS ?= sample_class
 OUT ?= out/grading
 
-.PHONY: demo test lab release grade clean
+.PHONY: demo test bench tamper-report lab release grade clean
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -20,6 +20,14 @@ demo: $(STAMP) release
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Speed targets as ratios measured side by side in one run (never timed tests).
+bench: $(STAMP)
+	$(BIN)/python bench/grading.py
+
+# The tamper corpus graded by stock nbgrader and by ours, side by side.
+tamper-report: $(STAMP)
+	$(BIN)/python bench/tamper_vs_stock.py
 
 release: $(STAMP)
 	$(BIN)/course-grader release
