@@ -125,4 +125,3 @@ def answer(exercise_id: str, fn: Any, questions: str) -> None:
     from IPython.display import display
 
     display({MIME: collect(exercise_id, fn, decode_questions(questions))}, raw=True)
-    print(f"{exercise_id}: answers handed to the grader")

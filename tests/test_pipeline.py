@@ -78,8 +78,38 @@ def test_feedback_explains_without_hidden_code(graded_class):
     assert "softmax over the key axis" in html  # chloe's diagnosis
     for student in ("chloe", "zz_release", "gus"):
         html = (out / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
-        assert "grader.checks" not in html and "HIDDEN TESTS" not in html
-        assert "CheckFailed" not in html
+        for secret in ("grader.checks", "HIDDEN TESTS", "CheckFailed", "coursekit.probe", "probe.py",
+                       "grader/", "attention-course.answer", '"array"'):
+            assert secret not in html, (student, secret)
+
+
+def test_nbgrader_export_and_manual_grading_keep_working(graded_class, tmp_path):
+    """The gradebook is nbgrader's own: a manual grade overrides, export reads it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+
+    db_url = f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}"
+    with Gradebook(db_url) as gb:
+        grade = gb.find_grade("similarity-score_matrix-test", ASSIGNMENT, ASSIGNMENT, "chloe")
+        assert (grade.auto_score, grade.score) == (0, 0)
+        grade.manual_score = 1.5  # the instructor gives partial credit in formgrader
+        gb.db.commit()
+    csv_path = tmp_path / "export.csv"
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    subprocess.run([str(nbgrader), "export", f"--CourseDirectory.db_url={db_url}",
+                    f"--CsvExportPlugin.to={csv_path}"], check=True, cwd=tmp_path,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(csv_path, newline="") as f:
+        exported = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
+    chloe = graded_class["rows"][("chloe", ASSIGNMENT)]
+    assert exported[("chloe", ASSIGNMENT)] == chloe.score + 1.5
+    assert exported[("ada", ASSIGNMENT)] == 10
+    with Gradebook(db_url) as gb:  # leave the shared fixture as it was
+        gb.find_grade("similarity-score_matrix-test", ASSIGNMENT, ASSIGNMENT, "chloe").manual_score = None
+        gb.db.commit()
 
 
 def test_grading_never_writes_the_submissions(graded_class):
