@@ -3,6 +3,8 @@
 On top of nbgrader's per-cell time limit, ``BudgetedExecute``
 
 - runs the kernel in ``grader.sandbox.SandboxedKernelManager``;
+- limits each cell's CPU time (a watchdog reading the kernel's /proc entry stops the
+  kernel past ``cell_cpu_seconds``), on top of RLIMIT_CPU for the whole kernel;
 - gives the whole notebook a time budget: each cell's limit is cut to what is left,
   so an endless loop called from several cells costs one budget, not a limit per cell;
 - caps output in bytes per cell and per notebook (nbgrader counts lines, so one huge
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from nbclient.util import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
@@ -44,6 +47,8 @@ class BudgetedExecute(Execute):
     notebook_timeout = Integer(60, help="Seconds of execution allowed for a whole notebook.").tag(config=True)
     cell_output_kb = Integer(2048, help="Output kept per cell, KiB.").tag(config=True)
     notebook_output_kb = Integer(8192, help="Output kept per notebook, KiB.").tag(config=True)
+    cell_cpu_seconds = Integer(90, help="CPU seconds (all threads) a cell may use; the kernel's "
+                                        "SandboxedKernelManager.cpu_seconds bounds the notebook.").tag(config=True)
 
     def __init__(self, *args, **kwargs):
         kwargs["kernel_manager_class"] = SandboxedKernelManager  # nbgrader passes its own
@@ -62,6 +67,9 @@ class BudgetedExecute(Execute):
         self.km.seal()
         return kc
 
+    # nbclient binds its sync wrappers to its own coroutines: rebind them to ours
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
         if cell is None or getattr(self, "_deadline", None) is None:
@@ -77,6 +85,7 @@ class BudgetedExecute(Execute):
             self._events[cell_index] = f"not run: {self._stopped}"
             return cell
         self._cell_bytes, self._cell_over = 0, False
+        watch = asyncio.ensure_future(self._watch_cpu(cell_index))
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except DeadKernelError:
@@ -86,11 +95,29 @@ class BudgetedExecute(Execute):
             self._stop(cell, cell_index, "the cell ignored the interrupt at the time limit, so its "
                                          "kernel was stopped")
             await self._async_kill()
+        finally:
+            watch.cancel()
         return cell
+
+    execute_cell = run_sync(async_execute_cell)
+
+    async def _watch_cpu(self, cell_index: int) -> None:
+        """Stop the kernel when the cell uses more than ``cell_cpu_seconds`` of CPU."""
+        start = self.km.cpu_time()
+        while start is not None:
+            await asyncio.sleep(0.25)
+            used = self.km.cpu_time()
+            if used is None:
+                return
+            if used - start > self.cell_cpu_seconds:
+                self._events[cell_index] = (f"the cell used more than {self.cell_cpu_seconds} s of CPU "
+                                            "time, so its kernel was stopped")
+                await self._async_kill()
+                return
 
     def _stop(self, cell: NotebookNode, cell_index: int, why: str) -> None:
         self._stopped = "an earlier cell stopped the kernel"
-        self._events[cell_index] = why
+        why = self._events.setdefault(cell_index, why)
         cell.outputs.append(_error("KernelStopped", why))
 
     async def _async_kill(self) -> None:

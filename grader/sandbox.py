@@ -155,6 +155,31 @@ class SandboxedKernelManager(AsyncKernelManager):
             os.chown(self._run_dir, 0, 0)
             os.chmod(self._run_dir, 0o755)
 
+    def kernel_pid(self) -> int | None:
+        """The host PID of the kernel's Python process (below bwrap, setpriv and prlimit)."""
+        process = getattr(self.provisioner, "process", None)
+        todo = [process.pid] if process else []
+        while todo:
+            pid = todo.pop(0)
+            try:
+                if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(sys.executable):
+                    return pid
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+            except OSError:
+                continue
+        return None
+
+    def cpu_time(self) -> float | None:
+        """CPU seconds (all threads) the kernel's process has used, or None if it is gone."""
+        pid = self.kernel_pid()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, TypeError, ValueError, IndexError):
+            return None
+
     def client(self, **kwargs):
         # a context whose sockets drop any message above the cap (output floods)
         context = zmq.asyncio.Context()

@@ -113,3 +113,10 @@ def test_socket_folder_is_sealed(kernel):
     folder = os.path.dirname(km.connection_file)
     assert run(f"import json\ntry:\n open({folder!r} + '/fill', 'wb').write(b'x'); print(json.dumps('wrote'))\n"
                "except OSError: print(json.dumps('denied'))") == "denied"
+
+
+def test_cpu_time_of_the_kernel_is_measured(kernel):
+    run, km = kernel
+    before = km.cpu_time()
+    run("import time, json\nt = time.process_time()\nwhile time.process_time() - t < 1: pass\nprint(json.dumps(1))")
+    assert km.cpu_time() - before >= 0.9

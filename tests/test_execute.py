@@ -1,0 +1,55 @@
+"""BudgetedExecute on small notebooks: every way a cell can misbehave ends in a recorded event."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from grader.execute import BudgetedExecute
+
+
+def _run(tmp_path, *sources: str, **limits) -> tuple[nbformat.NotebookNode, dict]:
+    nb = new_notebook(cells=[new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = BudgetedExecute(kernel_name="python3", **limits)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    nb, resources = executor.preprocess(nb, resources)
+    return nb, resources["attention_course"]["events"]
+
+
+def test_a_quiet_notebook_has_no_events(tmp_path):
+    nb, events = _run(tmp_path, "x = 1", "print(x + 1)")
+    assert events == {} and nb.cells[1].outputs[0].text == "2\n"
+
+
+def test_cpu_hog_is_stopped_and_later_cells_are_not_run(tmp_path):
+    nb, events = _run(tmp_path, "x = 1", "while True: pass", "print(x)", cell_cpu_seconds=1, timeout=30)
+    assert "of CPU time" in events[1]
+    assert events[2].startswith("not run")
+    assert nb.cells[2].outputs[0].ename == "NotRun"
+
+
+@pytest.mark.parametrize("flood", [
+    "print('x' * 5_000_000)",                       # one huge line: a line limit would let it pass
+    "for _ in range(100_000): print('y' * 100)",   # many lines
+])
+def test_output_over_the_byte_limit_is_cut_and_the_cell_interrupted(tmp_path, flood):
+    nb, events = _run(tmp_path, flood + "\nimport time; time.sleep(30)", "print('after')",
+                      cell_output_kb=64, timeout=20)
+    assert "output limit" in events[0]
+    kept = sum(len(o.get("text", "")) for o in nb.cells[0].outputs)
+    assert kept <= 64 * 1024 + 200  # the cap, plus our one-line note
+    assert nb.cells[1].outputs[0].text == "after\n"  # interrupted, not killed: the kernel goes on
+
+
+def test_kernel_exit_keeps_earlier_outputs(tmp_path):
+    nb, events = _run(tmp_path, "print('before')", "import os; os._exit(0)", "print('after')")
+    assert nb.cells[0].outputs[0].text == "before\n"
+    assert "kernel stopped" in events[1] and events[2].startswith("not run")
+
+
+def test_a_cell_that_ignores_the_interrupt_is_killed(tmp_path):
+    nb, events = _run(tmp_path, "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+                      "print('after')", timeout=3, cell_cpu_seconds=600)
+    assert "ignored the interrupt" in events[0]
+    assert events[1].startswith("not run")
