@@ -75,7 +75,11 @@ class SandboxedKernelManager(AsyncKernelManager):
         self._files = self._stage_files(kw.get("cwd"))
         if os.geteuid() == 0 and bwrap():
             self._uid = 200_000 + secrets.randbelow(100_000)
-        return await super()._async_pre_start_kernel(**kw)
+        try:
+            return await super()._async_pre_start_kernel(**kw)
+        except BaseException:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            raise
 
     def _stage_files(self, cwd: str | None) -> str:
         """The submission's non-notebook files, copied for the kernel to read."""

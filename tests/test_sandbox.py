@@ -120,3 +120,29 @@ def test_cpu_time_of_the_kernel_is_measured(kernel):
     before = km.cpu_time()
     run("import time, json\nt = time.process_time()\nwhile time.process_time() - t < 1: pass\nprint(json.dumps(1))")
     assert km.cpu_time() - before >= 0.9
+
+
+def test_without_bwrap_the_kernel_runs_with_rlimits_after_a_loud_warning(tmp_path, monkeypatch, capsys):
+    import grader.sandbox as sandbox
+    from grader.sandbox import SandboxUnavailable
+
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    monkeypatch.setattr(sandbox, "_warned", False)
+    loop = asyncio.new_event_loop()
+    strict = SandboxedKernelManager(kernel_name="python3", require_sandbox=True)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        loop.run_until_complete(strict.start_kernel(cwd=str(tmp_path)))
+    km = SandboxedKernelManager(kernel_name="python3", memory_mb=2048)
+    loop.run_until_complete(km.start_kernel(cwd=str(tmp_path)))
+    assert "WARNING: bubblewrap (bwrap) is not installed" in capsys.readouterr().err
+    kc = km.client()
+    kc.start_channels()
+    loop.run_until_complete(kc.wait_for_ready(timeout=120))
+    out = []
+    loop.run_until_complete(kc.execute_interactive(
+        "import numpy as np\ntry:\n np.ones(2**31); print('allocated')\nexcept MemoryError: print('MemoryError')",
+        output_hook=lambda m: out.append(m["content"].get("text", "")), timeout=60))
+    kc.stop_channels()
+    loop.run_until_complete(km.shutdown_kernel(now=True))
+    loop.close()
+    assert "MemoryError" in "".join(out)
