@@ -67,8 +67,11 @@ class Workspace:
         return config
 
 
-def _read_notebook(path: Path) -> nbformat.NotebookNode:
-    """Parse a submitted notebook, or say in one line what is wrong with it."""
+def _read_notebook(path: Path) -> tuple[nbformat.NotebookNode, int]:
+    """Parse a submitted notebook as nbformat 4, or say in one line what is wrong with it.
+
+    Returns the notebook and the nbformat major version it was saved in.
+    """
     size = path.stat().st_size
     if size == 0:
         raise BadSubmission(f"'{path.name}' is an empty file: save the notebook in Jupyter and resubmit")
@@ -87,7 +90,7 @@ def _read_notebook(path: Path) -> nbformat.NotebookNode:
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise BadSubmission(f"'{path.name}' is JSON but not a notebook: resubmit the .ipynb file")
     try:
-        return nbformat.reads(text, as_version=4)
+        return nbformat.reads(text, as_version=4), raw.get("nbformat", 4)
     except Exception as error:  # nbformat raises several kinds for broken notebooks
         raise BadSubmission(f"'{path.name}' is not a valid notebook ({type(error).__name__}): "
                             "open it in Jupyter, save it, and resubmit") from None
@@ -109,6 +112,24 @@ def _dedupe_grade_ids(nb: nbformat.NotebookNode) -> list[str]:
             copied.append(grade_id)
         seen.add(grade_id)
     return sorted(set(copied))
+
+
+def _restore_metadata(nb: nbformat.NotebookNode, released: Path) -> int:
+    """Give back nbgrader metadata that a tool or a copy stripped, matching cells by id.
+
+    The released notebook's cells carry ids; a cell that kept its id but lost its
+    nbgrader metadata gets the released cell's. Returns how many cells were restored.
+    """
+    if not released.is_file():
+        return 0
+    known = {c.get("id"): c.metadata["nbgrader"] for c in nbformat.read(released, as_version=4).cells
+             if "nbgrader" in c.get("metadata", {})}
+    restored = 0
+    for cell in nb.cells:
+        if "nbgrader" not in cell.get("metadata", {}) and cell.get("id") in known:
+            cell.metadata["nbgrader"] = dict(known[cell["id"]])
+            restored += 1
+    return restored
 
 
 def _stage(source: Path, dest: Path, notebooks: list[str], timestamp: str | None) -> str:
@@ -134,7 +155,12 @@ def _stage(source: Path, dest: Path, notebooks: list[str], timestamp: str | None
             found = candidates[0]
             notes.append(f"graded '{found.name}' as '{notebook}.ipynb' (renamed)")
         used.add(found.name)
-        nb = _read_notebook(found)
+        nb, version = _read_notebook(found)
+        if version != 4:
+            notes.append(f"converted from nbformat {version}")
+        restored = _restore_metadata(nb, course.NOTEBOOKS / dest.name / f"{notebook}.ipynb")
+        if restored:
+            notes.append(f"restored the nbgrader metadata of {restored} cells")
         copied = _dedupe_grade_ids(nb)
         if copied:
             notes.append(f"copied cells ({', '.join(copied)}) were run as ordinary cells")
@@ -268,6 +294,9 @@ def _autograde_failure(result: dict) -> str:
     text = f"{result.get('error', '')}\n{result.get('log', '')}"
     if "DeadKernelError" in text or "Kernel died" in text:
         return "the notebook stopped the Python kernel (os._exit, a crash or running out of memory)"
+    if "add_missing_grade_cells" in text:
+        return ("the notebook lost the course's cell metadata (answers pasted into a new notebook?): "
+                "start from the released notebook, paste the answers in, and resubmit")
     if "Duplicate grade id" in text:
         return "two cells have the same grade id (a copied test cell?): delete the copy and resubmit"
     last = [line for line in text.splitlines() if line.startswith("[ERROR]")]

@@ -1,6 +1,7 @@
 """Shared fixtures: the reference solutions loaded in process, and one graded class."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -30,9 +31,12 @@ def similarity() -> dict:
 
 @pytest.fixture(scope="session")
 def graded_class(tmp_path_factory) -> dict:
-    """The sample class plus the solution and the untouched release notebook as two
-    more students and one student with no assignment folder, graded once."""
+    """One batch, graded once, as an instructor would: the sample class, the solution and
+    the untouched release notebook as two more students, a student with no assignment
+    folder, the tamper corpus and the malformed-input corpus (tests/corpora/), with a due
+    date and a trusted submission time for the one student who forged a timestamp."""
     from grader.grade import grade_class
+    from tests.corpora import malformed, tamper
 
     root = tmp_path_factory.mktemp("class")
     submissions = root / "submitted"
@@ -42,14 +46,21 @@ def graded_class(tmp_path_factory) -> dict:
             dest = submissions / student / assignment_id
             shutil.copytree(source / assignment_id, dest)
     (submissions / "zz_absent").mkdir()
+    corpora = {"tamper": tamper.build(submissions), "malformed": malformed.build(submissions)}
+    malformed.materialize_huge(submissions)
     before = _digest(submissions)
-    rows = grade_class(submissions, root / "out", progress=False)
+    with tamper.serve_cheats() as cheat:
+        rows = grade_class(submissions, root / "out", progress=False,
+                           duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
+                           timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})
     return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "out",
-            "submissions": submissions, "unchanged": _digest(submissions) == before}
+            "submissions": submissions, "unchanged": _digest(submissions) == before,
+            "corpora": corpora, "cheat_requests": cheat.requests}
 
 
 def _digest(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def expected_grades() -> dict:
