@@ -59,6 +59,18 @@ class Workspace:
     def db_url(self) -> str:
         return f"sqlite:///{self.course / 'gradebook.db'}"
 
+    def write_nbgrader_config(self) -> None:
+        """Let nbgrader's own tools (formgrader, export, manual grading) open this workspace:
+        ``cd out/grading/course && nbgrader export`` or ``jupyter lab`` there."""
+        (self.course / "nbgrader_config.py").write_text(
+            '"""Written by course-grader: nbgrader commands run here work on this grading workspace."""\n'
+            "c = get_config()  # noqa: F821\n"
+            f"load_subconfig({str(course.CONFIG_FILE)!r})  # noqa: F821 - the course's configuration\n"
+            f"c.CourseDirectory.root = {str(self.course)!r}\n"
+            f"c.CourseDirectory.source_directory = {str(course.SOLUTIONS)!r}\n"
+            'c.CourseDirectory.release_directory = "release"\n'
+            f"c.CourseDirectory.db_url = {self.db_url!r}\n", encoding="utf-8")
+
     def config(self):
         config = course.load_config()
         for step in ("release", "submitted", "autograded", "feedback"):
@@ -215,6 +227,7 @@ class Grader:
                  timestamps: dict[tuple[str, str], str] | None = None):
         self.ws = Workspace(Path(out).resolve())
         self.ws.course.mkdir(parents=True, exist_ok=True)
+        self.ws.write_nbgrader_config()
         # one grader per workspace: it alone writes the gradebook
         self._lock = open(self.ws.course / ".grader.lock", "w")
         try:

@@ -29,7 +29,7 @@ from nbformat import NotebookNode
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import determine_grade, is_grade, is_solution, is_task
-from traitlets import Unicode
+from traitlets import Unicode, default
 
 from coursekit.probe import MIME, encode_questions
 
@@ -42,10 +42,6 @@ VERDICT_KEY = "attention_course"  # cell metadata: {"exercise", "passed", "diagn
 _IGNORED_FILES = {"timestamp.txt"}
 
 
-def _secret_default() -> str:
-    return str(course.ROOT / ".grader_secret")
-
-
 class CourseSecret(NbGraderPreprocessor):
     """Where the course secret lives; created (mode 0600) on first use."""
 
@@ -53,11 +49,12 @@ class CourseSecret(NbGraderPreprocessor):
                                "Keep it out of the repository and out of students' reach."
                           ).tag(config=True)
 
-    def _secret_file_default(self) -> str:  # traitlets dynamic default
-        return _secret_default()
+    @default("secret_file")
+    def _secret_file_default(self) -> str:
+        return str(course.ROOT / ".grader_secret")
 
     def secret(self) -> bytes:
-        path = Path(self.secret_file or _secret_default())
+        path = Path(self.secret_file)
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -99,9 +99,9 @@ def test_nbgrader_export_and_manual_grading_keep_working(graded_class, tmp_path)
         gb.db.commit()
     csv_path = tmp_path / "export.csv"
     nbgrader = Path(sys.executable).parent / "nbgrader"
-    subprocess.run([str(nbgrader), "export", f"--CourseDirectory.db_url={db_url}",
-                    f"--CsvExportPlugin.to={csv_path}"], check=True, cwd=tmp_path,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # nbgrader's own command, run in the workspace with the configuration the grader left there
+    subprocess.run([str(nbgrader), "export", f"--CsvExportPlugin.to={csv_path}"], check=True,
+                   cwd=graded_class["out"] / "course", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(csv_path, newline="") as f:
         exported = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
     chloe = graded_class["rows"][("chloe", ASSIGNMENT)]
