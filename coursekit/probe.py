@@ -79,45 +79,73 @@ def encode_value(value: Any, depth: int = 0) -> dict:
     return {"unsupported": f"a {type(value).__name__}"}
 
 
-def call(fn: Any, args: list[np.ndarray]) -> Any:
-    """Call ``fn`` on fresh copies of ``args``; retry with torch tensors on a type error.
+Question = "tuple[list[Any], dict[str, Any]]"  # positional and keyword arguments
 
-    A function written for torch tensors raises TypeError or AttributeError on numpy
-    input, so either library is a valid answer. Exceptions propagate to the caller.
+
+def call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call ``fn`` on fresh copies of the arguments; retry with torch tensors on a type error.
+
+    Arrays are passed as numpy arrays first. A function written for torch tensors
+    raises TypeError or AttributeError on numpy input, so it is called again with
+    every array turned into a tensor: either library is a valid answer. Numbers,
+    booleans and None are passed as they are. Exceptions propagate to the caller.
     """
     if not callable(fn):
         raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+
+    def fresh(convert):
+        return ([convert(a) if isinstance(a, np.ndarray) else a for a in args],
+                {k: convert(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()})
+
+    a, k = fresh(lambda x: np.array(x, copy=True))
     try:
-        return fn(*(np.array(a, copy=True) for a in args))
+        return fn(*a, **k)
     except (TypeError, AttributeError) as numpy_error:
         try:
             import torch
         except ImportError:  # pragma: no cover - torch is a course dependency
             raise numpy_error from None
+        a, k = fresh(torch.tensor)
         try:
-            return fn(*(torch.tensor(a) for a in args))
+            return fn(*a, **k)
         except Exception:
             raise numpy_error from None
 
 
-def collect(exercise_id: str, fn: Any, questions: list[list[np.ndarray]]) -> dict:
-    """Call ``fn`` on each question's arguments; the payload handed to the grader."""
+def collect(exercise_id: str, fn: Any, questions: list) -> dict:
+    """Call ``fn`` on each question's ``(args, kwargs)``; the payload handed to the grader."""
     answers = []
-    for args in questions:
+    for args, kwargs in questions:
         try:
-            answers.append({"value": encode_value(call(fn, args))})
+            answers.append({"value": encode_value(call(fn, args, kwargs))})
         except Exception as error:  # the learner's code may raise anything
             answers.append({"raised": _short(error)})
     return {"exercise": exercise_id, "answers": answers}
 
 
-def decode_questions(text: str) -> list[list[np.ndarray]]:
-    """The grader's questions, as written into the hidden test cell (JSON)."""
-    return [[decode_array(a["array"]) for a in args] for args in json.loads(text)]
+def _encode_input(value: Any) -> dict:
+    if isinstance(value, np.ndarray):
+        return encode_array(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"scalar": value}
+    raise TypeError(f"a question cannot carry a {type(value).__name__}")
 
 
-def encode_questions(questions: list[list[np.ndarray]]) -> str:
-    return json.dumps([[encode_array(a) for a in args] for args in questions], separators=(",", ":"))
+def _decode_input(wire: dict) -> Any:
+    return decode_array(wire["array"]) if "array" in wire else wire["scalar"]
+
+
+def encode_questions(questions: list) -> str:
+    """The grader's questions as JSON text: ``[{"args": [...], "kwargs": {...}}, ...]``."""
+    return json.dumps([{"args": [_encode_input(a) for a in args],
+                        "kwargs": {k: _encode_input(v) for k, v in kwargs.items()}}
+                       for args, kwargs in questions], separators=(",", ":"))
+
+
+def decode_questions(text: str) -> list:
+    """The grader's questions, as written into the hidden test cell."""
+    return [([_decode_input(a) for a in q["args"]], {k: _decode_input(v) for k, v in q["kwargs"].items()})
+            for q in json.loads(text)]
 
 
 def answer(exercise_id: str, fn: Any, questions: str) -> None:

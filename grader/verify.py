@@ -120,7 +120,7 @@ class AskQuestions(CourseSecret):
                     self.log.warning("no check registered for %s; its test cell earns nothing", exercise)
                     continue
                 seeds[exercise] = seed
-                questions = encode_questions([list(q.args) for q in asked])
+                questions = encode_questions([q.call() for q in asked])
                 lines[lineno - 1] = (f'__import__("coursekit.probe", fromlist=["answer"]).answer('
                                      f'{exercise!r}, {fn}, {questions!r})')
             # grader.checks is not importable in the sandbox, and not needed there

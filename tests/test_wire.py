@@ -22,7 +22,7 @@ def _array(dtype="float64", shape=(2,), data=None):
 
 def test_round_trip_keeps_values_dtype_and_structure():
     value = (np.arange(6, dtype=np.float32).reshape(2, 3), np.float64(2.5), [1, 2])
-    payload = collect(EXERCISE, lambda: value, [[]])
+    payload = collect(EXERCISE, lambda: value, [([], {})])
     (got,) = decode_payload(payload, EXERCISE)
     assert isinstance(got, tuple) and got[0].dtype == np.float32 and got[0].shape == (2, 3)
     assert got[1].shape == () and float(got[1]) == 2.5 and got[2].tolist() == [1.0, 2.0]
@@ -33,8 +33,8 @@ def test_errors_and_non_data_are_reported_not_trusted():
         def __eq__(self, other):
             return True
 
-    payload = collect(EXERCISE, lambda: EqualsAnything(), [[]])
-    payload["answers"] += collect(EXERCISE, lambda: 1 / 0, [[]])["answers"]
+    payload = collect(EXERCISE, lambda: EqualsAnything(), [([], {})])
+    payload["answers"] += collect(EXERCISE, lambda: 1 / 0, [([], {})])["answers"]
     got = decode_payload(payload, EXERCISE)
     assert got[0] == Unsupported("a EqualsAnything")
     assert isinstance(got[1], Raised) and got[1].message.startswith("ZeroDivisionError")
@@ -78,7 +78,7 @@ def _test_cell(*payloads) -> NotebookNode:
 
 def _right_payload(seed: int) -> dict:
     asked = questions(EXERCISE, seed)
-    return collect(EXERCISE, lambda a, b: np.sum(a * b, axis=-1), [list(q.args) for q in asked])
+    return collect(EXERCISE, lambda a, b: np.sum(a * b, axis=-1), [q.call() for q in asked])
 
 
 def test_verdict_needs_exactly_one_readable_right_answer():
@@ -102,6 +102,19 @@ def test_seeds_depend_on_secret_student_and_submission():
         assert changed != base
     a = questions(EXERCISE, base)[1].args[0]
     assert not np.array_equal(a, questions(EXERCISE, base + 1)[1].args[0])
+
+
+def test_questions_carry_arrays_numbers_and_keywords():
+    from coursekit.probe import decode_questions, encode_questions
+
+    mask = np.array([[True, False]])
+    (args, kwargs), = decode_questions(encode_questions([([np.arange(3.0), 4], {"mask": mask, "axis": -1,
+                                                                                "scale": None})]))
+    assert args[0].tolist() == [0.0, 1.0, 2.0] and args[1] == 4
+    assert kwargs["mask"].dtype == bool and kwargs["axis"] == -1 and kwargs["scale"] is None
+    got = collect(EXERCISE, lambda x, n, mask, axis, scale: x.sum() * n + mask.sum() + axis,
+                  [(args, kwargs)])
+    assert decode_payload(got, EXERCISE)[0] == 12.0
 
 
 def test_only_the_exact_hidden_call_is_rewritten():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -53,10 +53,18 @@ Answer = "np.ndarray | tuple | Raised | Unsupported"
 
 @dataclass(frozen=True)
 class Question:
-    """One call of the learner's function: its arguments and how to judge the answer."""
+    """One call of the learner's function: its arguments and how to judge the answer.
 
-    args: tuple[np.ndarray, ...]
+    Arguments are numpy arrays (passed as arrays, or as torch tensors to torch code),
+    or Python numbers, booleans, strings and None (passed as they are).
+    """
+
+    args: tuple
     verify: Callable[[object], None]
+    kwargs: dict = field(default_factory=dict)
+
+    def call(self) -> tuple[list, dict]:
+        return list(self.args), dict(self.kwargs)
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,7 @@ def check(exercise_id: str, fn: object) -> None:
 
     seed = public_seed(exercise_id)
     asked = questions(exercise_id, seed)
-    payload = probe.collect(exercise_id, fn, [list(q.args) for q in asked])
+    payload = probe.collect(exercise_id, fn, [q.call() for q in asked])
     answers = decode_payload(payload, exercise_id)
     message = verdict(exercise_id, seed, answers)
     if message:
