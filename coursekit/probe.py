@@ -86,9 +86,11 @@ def call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """Call ``fn`` on fresh copies of the arguments; retry with torch tensors on a type error.
 
     Arrays are passed as numpy arrays first. A function written for torch tensors
-    raises TypeError or AttributeError on numpy input, so it is called again with
+    usually raises on numpy input (TypeError, AttributeError, or ValueError from
+    ``x.transpose(-2, -1)``), so when any exception escapes it is called again with
     every array turned into a tensor: either library is a valid answer. Numbers,
-    booleans and None are passed as they are. Exceptions propagate to the caller.
+    booleans and None are passed as they are. If both calls raise, the numpy call's
+    exception propagates.
     """
     if not callable(fn):
         raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
@@ -100,7 +102,7 @@ def call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     a, k = fresh(lambda x: np.array(x, copy=True))
     try:
         return fn(*a, **k)
-    except (TypeError, AttributeError) as numpy_error:
+    except Exception as numpy_error:  # the learner's code may raise anything
         try:
             import torch
         except ImportError:  # pragma: no cover - torch is a course dependency
