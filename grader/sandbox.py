@@ -139,17 +139,20 @@ class SandboxedKernelManager(AsyncKernelManager):
                 args += ["--symlink", os.readlink(name), name]
             elif os.path.isdir(name):
                 args += ["--ro-bind", name, name]
-        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
-        # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
-        parents = {str(p) for path in readable | {self._run_dir} for p in Path(path).parents if str(p) != "/"}
-        for folder in sorted(parents - {"/tmp"}, key=len):
-            args += ["--perms", "0755", "--dir", folder]
-        for path in sorted(readable, key=len):
-            args += ["--ro-bind", path, path]
+        # scratch first: later mounts go on top, so a course or venv under /tmp stays visible
         args += ["--dev", "/dev", "--proc", "/proc",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/home/student",
-                 "--perms", "0777", "--dir", WORK, "--ro-bind", self._files, FILES,
+                 "--perms", "0777", "--dir", WORK]
+        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
+        # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
+        parents = {str(p) for path in readable | {self._run_dir} for p in Path(path).parents}
+        for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):
+            args += ["--perms", "0755", "--dir", folder]
+        for path in sorted(readable, key=len):
+            args += ["--ro-bind", path, path]
+        args += ["--ro-bind", self._files, FILES,
+                 "--ro-bind-try", _font_cache(), FONTS,
                  "--bind", self._run_dir, self._run_dir,
                  "--chdir", WORK]
         return args

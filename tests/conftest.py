@@ -46,10 +46,11 @@ def graded_class(tmp_path_factory) -> dict:
             dest = submissions / student / assignment_id
             shutil.copytree(source / assignment_id, dest)
     (submissions / "zz_absent").mkdir()
-    corpora = {"tamper": tamper.build(submissions), "malformed": malformed.build(submissions)}
-    malformed.materialize_huge(submissions)
-    before = _digest(submissions)
-    with tamper.serve_cheats() as cheat:
+    with tamper.serve_cheats(port=0) as cheat:
+        corpora = {"tamper": tamper.build(submissions, cheat_port=cheat.server_address[1]),
+                   "malformed": malformed.build(submissions)}
+        malformed.materialize_huge(submissions)
+        before = _digest(submissions)
         rows = grade_class(submissions, root / "out", progress=False,
                            duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
                            timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})

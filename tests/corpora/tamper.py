@@ -752,7 +752,7 @@ def _attacks() -> list[Attack]:
                (score,), _cheat(score, GRADER_MEMORY)),
         Attack("t11_network", "network",
                f"dot_product asks a helper server on 127.0.0.1:{CHEAT_PORT} for the answer; HEAD {EXFIL_URL} as exfiltration",
-               (dot,), {dot: NETWORK.replace("__PORT__", str(CHEAT_PORT)).replace("__EXFIL__", EXFIL_URL).strip() + "\n"}),
+               (dot,), {dot: NETWORK.replace("__EXFIL__", EXFIL_URL).strip() + "\n"}),
         Attack("t12_forged_timestamp", "forged_timestamp",
                f"a correct notebook handed in late ({TRUE_TIMESTAMP}) with timestamp.txt claiming {FORGED_TIMESTAMP}",
                tuple(POINTS), {}, files={"timestamp.txt": FORGED_TIMESTAMP.encode()}, late=True),
@@ -792,23 +792,26 @@ def _answer_cells(nb) -> dict[str, int]:
             if c.metadata.get("nbgrader", {}).get("solution")}
 
 
-def notebook_for(attack: Attack):
+def notebook_for(attack: Attack, cheat_port: int = CHEAT_PORT):
     """Ada's correct notebook with the attack's answer cells in place of hers."""
     nb = nbformat.read(SOURCE, as_version=4)
     index = _answer_cells(nb)
     for exercise, source in attack.cells.items():
-        nb.cells[index[exercise]].source = source
+        nb.cells[index[exercise]].source = source.replace("__PORT__", str(cheat_port))
     return nb
 
 
-def build(dest: Path) -> dict[str, dict]:
-    """Write every attack's submission under ``dest``; return {student_id: expected}."""
+def build(dest: Path, cheat_port: int = CHEAT_PORT) -> dict[str, dict]:
+    """Write every attack's submission under ``dest``; return {student_id: expected}.
+
+    ``cheat_port`` is where the network attack looks for its helper server.
+    """
     dest = Path(dest)
     expected = {}
     for attack in ATTACKS:
         folder = dest / attack.student_id / ASSIGNMENT
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook_for(attack), folder / f"{NOTEBOOK}.ipynb")
+        nbformat.write(notebook_for(attack, cheat_port), folder / f"{NOTEBOOK}.ipynb")
         for name, data in attack.files.items():
             (folder / name).write_bytes(data)
         expected[attack.student_id] = attack.expected()
@@ -840,7 +843,8 @@ class _CheatServer(socketserver.ThreadingTCPServer):
 
 @contextlib.contextmanager
 def serve_cheats(port: int = CHEAT_PORT):
-    """A helper answering dot products on 127.0.0.1:``port``; ``.requests`` counts the questions."""
+    """A helper answering dot products on 127.0.0.1:``port`` (0: any free port, read it from
+    ``server.server_address[1]``); ``.requests`` counts the questions."""
     server = _CheatServer(("127.0.0.1", port), _CheatHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
