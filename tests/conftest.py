@@ -13,12 +13,14 @@ from grader import course
 
 
 def solution_namespace(assignment_id: str) -> dict:
-    """Run the setup and solution cells of an assignment's source notebook in process."""
+    """Run the solution cells and the read-only set-up cells (grade ids ending in -setup,
+    -data or -helpers; not figures or demos) of an assignment's source notebook in process."""
     path = course.SOLUTIONS / assignment_id / f"{assignment_id}.ipynb"
     namespace: dict = {}
     for cell in nbformat.read(path, as_version=4).cells:
         meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and (meta.get("solution") or meta.get("locked") and not meta.get("grade")):
+        setup = meta.get("locked") and meta.get("grade_id", "").endswith(("-setup", "-data", "-helpers"))
+        if cell.cell_type == "code" and (meta.get("solution") or setup):
             exec(compile(cell.source, f"{path.name}:{meta.get('grade_id')}", "exec"), namespace)
     return namespace
 

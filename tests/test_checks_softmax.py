@@ -1,0 +1,419 @@
+"""Mistake and variant cases of notebook 04's checks, run in process (no kernel).
+
+Every mistake must be rejected with its own diagnosis; every valid alternative must
+score full marks (exercise-standard.md, item 6).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from grader.checks import CheckFailed, check, exercise_ids
+from tests.conftest import solution_namespace
+
+# The mistakes overflow and divide by zero on purpose.
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")]
+
+
+@pytest.fixture(scope="module")
+def softmax_notebook() -> dict:
+    """The reference functions of notebook 04 (stable_softmax, softmax_with_temperature, ...)."""
+    return solution_namespace("04_softmax")
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+def _swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def _softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# ---------------------------------------------------------------- stable_softmax
+
+def _naive(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _global_max(x, axis=-1):
+    e = np.exp(x - np.max(x))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _min_shift(x, axis=-1):
+    e = np.exp(x - np.min(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _no_keepdims(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)
+
+
+def _torch_naive_float32(x, axis=-1):
+    e = torch.exp(torch.as_tensor(x, dtype=torch.float32))
+    return e / e.sum(dim=axis, keepdim=True)
+
+
+def _log_sum_exp(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    return np.exp(x - m - np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)))
+
+
+def _moveaxis(x, axis=-1):
+    """Move the axis to the end, softmax there, move it back."""
+    y = np.moveaxis(x, axis, -1).astype(np.float32)
+    y = np.exp(y - y.max(-1)[..., None])
+    return np.moveaxis(y / y.sum(-1)[..., None], -1, axis)
+
+
+def _torch_manual(x, axis=-1):
+    shifted = x - x.max(dim=axis, keepdim=True).values
+    return shifted.exp() / shifted.exp().sum(dim=axis, keepdim=True)
+
+
+# ---------------------------------------------------------------- temperature
+
+def _t(fn):
+    """A temperature softmax that validates T as the docstring asks, then applies ``fn``."""
+    def with_temperature(scores, temperature):
+        if temperature <= 0:
+            raise ValueError("temperature must be positive")
+        return fn(scores, temperature)
+    return with_temperature
+
+
+def _t_no_check(scores, temperature):
+    return _softmax(scores / temperature)
+
+
+def _t_positive_only_zero(scores, temperature):
+    if temperature == 0:
+        raise ValueError("temperature must not be 0")
+    return _softmax(scores / temperature)
+
+
+def _t_assert(scores, temperature):
+    assert temperature > 0
+    return _softmax(scores / temperature)
+
+
+def _t_naive(scores, temperature):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    return _naive(scores / temperature)
+
+
+def _t_power(scores, temperature):
+    """softmax(s)**(1/T), normalized again, is softmax(s / T): valid."""
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    w = _softmax(scores) ** (1.0 / temperature)
+    return w / w.sum(-1, keepdims=True)
+
+
+def _t_torch_float32(scores, temperature):
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    return torch.softmax(torch.as_tensor(scores, dtype=torch.float32) / temperature, dim=-1)
+
+
+# ---------------------------------------------------------------- attention
+
+def _att(divisor=None, fill=-np.inf, axis=-1, when="before", invert=False, use_mask=True, swap=False):
+    """A numpy attention with knobs for the mistakes learners make."""
+    def attention(query, key, value, mask=None):
+        d_k = query.shape[-1]
+        scores = query @ _swap(key)
+        if when != "after":
+            scores = scores / (math.sqrt(d_k) if divisor is None else divisor)
+        if mask is not None and use_mask and when != "mask_after":
+            scores = np.where(~mask if invert else mask, scores, fill)
+        weights = _softmax(scores, axis)
+        if when == "after":
+            weights = weights / math.sqrt(d_k)
+        if mask is not None and when == "mask_after":
+            weights = weights * mask
+        output = weights @ value
+        return (weights, output) if swap else (output, weights)
+    return attention
+
+
+def _att_multiply_fill(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores * mask + (~mask) * -np.inf  # 0 * -inf = NaN
+    w = _softmax(scores)
+    return w @ value, w
+
+
+def _att_bool_index(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores[~mask] = -np.inf  # needs a mask of the scores' own shape
+    w = _softmax(scores)
+    return w @ value, w
+
+
+def _att_if_mask(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask:
+        scores = np.where(mask, scores, -np.inf)
+    w = _softmax(scores)
+    return w @ value, w
+
+
+def _att_one_minus(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores + (1 - mask) * -1e9
+    w = _softmax(scores)
+    return w @ value, w
+
+
+def _att_naive_exp(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    w = _naive(scores)
+    return w @ value, w
+
+
+def _att_averages_keys(query, key, value, mask=None):
+    scores = query @ _swap(key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    w = _softmax(scores)
+    return w @ key, w
+
+
+def _att_torch_transpose(query, key, value, mask=None):
+    """PyTorch code reading d_k from .shape: on numpy, key.transpose(-2, -1) raises ValueError,
+    and the probe calls it again with tensors."""
+    d_k = query.shape[-1]
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _att_torch(query, key, value, mask=None):
+    """PyTorch, float32, masked_fill with a large negative number, d_k**-0.5."""
+    query, key, value = (t.float() for t in (query, key, value))
+    scores = query @ key.transpose(-2, -1) * query.size(-1) ** -0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights
+
+
+def _att_einsum(query, key, value, mask=None):
+    """einsum, float32, an additive mask of 0 and -inf, the learner's own stable softmax."""
+    query, key, value = (np.asarray(a, dtype=np.float32) for a in (query, key, value))
+    scores = np.einsum("...qd,...kd->...qk", query, key) / np.sqrt(np.float32(query.shape[-1]))
+    if mask is not None:
+        scores = scores + np.where(mask, 0.0, -np.inf).astype(np.float32)
+    weights = _log_sum_exp(scores)
+    return np.einsum("...qk,...kv->...qv", weights, value), weights
+
+
+def _att_temperature(query, key, value, mask=None):
+    """Attention as a temperature softmax with T = sqrt(d_k), filled with finfo.min."""
+    scores = query @ _swap(key)
+    if mask is not None:
+        scores = np.where(mask, scores, np.finfo(scores.dtype).min)
+    with np.errstate(over="ignore"):
+        weights = _t_no_check(scores, math.sqrt(query.shape[-1]))
+    return [weights @ value, weights]
+
+
+def _att_mask_after_renormalized(query, key, value, mask=None):
+    """Zeroing masked weights after the softmax and renormalizing is the same softmax: valid."""
+    w = _softmax(query @ _swap(key) / np.sqrt(query.shape[-1]))
+    if mask is not None:
+        w = w * mask
+        w = w / w.sum(-1, keepdims=True)
+    return w @ value, w
+
+
+def _att_torch_builtin(query, key, value, mask=None):
+    """PyTorch's own function for the output, the weights computed beside it."""
+    import torch.nn.functional as F
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf"))
+    return output, torch.softmax(scores, dim=-1)
+
+
+MISTAKES = {
+    "softmax-stable_softmax": [
+        (_naive, "exp overflows"),
+        (_torch_naive_float32, "exp overflows"),
+        (_min_shift, "not its minimum or mean"),
+        (_global_max, "maximum of the whole array"),
+        (lambda x, axis=-1: _softmax(x, 0), "over axis 0 instead of axis 3"),
+        (lambda x, axis=-1: _softmax(x, -2), "over axis 2 instead of axis 3"),
+        (lambda x, axis=-1: _softmax(x), "ignores the axis argument"),
+        (lambda x, axis=-1: np.exp(x - x.max()) / np.exp(x - x.max()).sum(), "every entry at once"),
+        (lambda x, axis=-1: x / x.sum(axis=axis, keepdims=True), "without exponentiating"),
+        (lambda x, axis=-1: np.exp(x - x.max(axis=axis, keepdims=True)), "without dividing by the sum"),
+        (lambda x, axis=-1: np.log(_softmax(x, axis)), "log-probabilities"),
+        (_no_keepdims, "keepdims=True"),
+        (lambda x, axis=-1: _softmax(x, axis) + 0.01, "sum to 1"),
+        (stub, "not answered yet"),
+    ],
+    "softmax-softmax_with_temperature": [
+        (_t(lambda s, t: _softmax(s * t)), "multiplies the scores by the temperature"),
+        (_t(lambda s, t: _softmax(s)), "ignores the temperature"),
+        (_t(lambda s, t: _softmax(s) / t), "after the softmax"),
+        (_t(lambda s, t: _softmax(s) ** (1 / t)), "without normalizing them again"),
+        (_t(lambda s, t: _softmax(s / t, axis=0)), "over the first axis"),
+        (_t(lambda s, t: _softmax(s / t, axis=-2)), "over axis -2"),
+        (_t(lambda s, t: _softmax(s / t ** 2)), "T squared"),
+        (_t_naive, "exp overflows"),
+        (_t_no_check, "should raise ValueError"),
+        (_t_positive_only_zero, "softmax_with_temperature(scores, -1.0) returned weights"),
+        (_t_assert, "raised AssertionError"),
+        (stub, "not answered yet"),
+    ],
+    "softmax-scaled_dot_product_attention": [
+        (_att(use_mask=False), "ignores the mask"),
+        (_att(invert=True), "the mask is inverted"),
+        (_att(invert=True, fill=-1e9), "the mask is inverted"),
+        (_att(fill=0.0), "sets the masked scores to 0"),
+        (_att(when="mask_after"), "masks after the softmax"),
+        (_att(divisor=1.0), "does not scale the scores"),
+        (lambda q, k, v, mask=None: _att(divisor=q.shape[-1])(q, k, v, mask), "divides the scores by d_k;"),
+        (lambda q, k, v, mask=None: _att(divisor=q.shape[-1] ** -0.5)(q, k, v, mask), "multiplies the scores by sqrt(d_k)"),
+        (_att(when="after"), "scales after the softmax"),
+        (lambda q, k, v, mask=None: _att(divisor=math.sqrt(v.shape[-1]))(q, k, v, mask), "sqrt(d_v = 7)"),
+        (lambda q, k, v, mask=None: _att(divisor=math.sqrt(k.shape[-2]))(q, k, v, mask), "sqrt(k_len = 5)"),
+        (lambda q, k, v, mask=None: _att(divisor=math.sqrt(q.shape[-2]))(q, k, v, mask), "sqrt(q_len = 4)"),
+        (lambda q, k, v, mask=None: _att(divisor=math.sqrt(q.shape[1] * q.shape[-1]))(q, k, v, mask), "sqrt(d_model = h * d_k = 18)"),
+        (lambda q, k, v, mask=None: _att(divisor=q.shape[1] * q.shape[-1])(q, k, v, mask), "divides the scores by d_model = h * d_k = 18;"),
+        (_att(axis=-2), "over the query axis"),
+        (_att(axis=1), "over axis 1 (heads)"),
+        (_att(swap=True), "returns (weights, output)"),
+        (lambda q, k, v, mask=None: _att()(q, k, v, mask)[0], "should return a tuple (output, weights)"),
+        (_att_multiply_fill, "Multiplying -inf by 0"),
+        (_att_bool_index, "instead of indexing"),
+        (_att_if_mask, "`if mask is not None:`"),
+        (_att_naive_exp, "exp overflows"),
+        (_att_averages_keys, "averages the keys"),
+        (lambda q, k, v, mask=None: (lambda o, w: (o / math.sqrt(q.shape[-1]), w))(*_att()(q, k, v, mask)),
+         "divides the output by sqrt(d_k)"),
+        (lambda q, k, v, mask=None: q @ k.T, "key.T reverses every axis"),
+        (stub, "not answered yet"),
+    ],
+}
+
+VARIANTS = {
+    "softmax-stable_softmax": [
+        _softmax,
+        _log_sum_exp,
+        _moveaxis,
+        _torch_manual,  # torch-only code: the check retries with tensors
+        lambda x, axis=-1: torch.softmax(torch.as_tensor(x, dtype=torch.float32), dim=axis),
+        lambda x, axis=-1: np.exp(x - np.logaddexp.reduce(x, axis=axis, keepdims=True)),
+    ],
+    "softmax-softmax_with_temperature": [
+        _t(lambda s, t: _softmax(s / t)),
+        _t(lambda s, t: _softmax(s * (1.0 / t))),
+        _t_power,
+        _t_torch_float32,
+    ],
+    "softmax-scaled_dot_product_attention": [
+        _att(),
+        _att(fill=-1e9),
+        _att(fill=-1e30),
+        _att_torch,
+        _att_torch_transpose,
+        _att_einsum,
+        _att_temperature,
+        _att_mask_after_renormalized,
+        _att_one_minus,  # 1 - mask works on numpy bools (an int array) and -1e9 is far enough
+        _att_torch_builtin,
+    ],
+}
+
+
+def test_every_exercise_has_cases():
+    assert set(MISTAKES) == set(VARIANTS) == set(exercise_ids("softmax"))
+    for exercise in MISTAKES:
+        assert len(MISTAKES[exercise]) >= 3 and len(VARIANTS[exercise]) >= 2
+
+
+@pytest.mark.parametrize("exercise,fn,diagnosis",
+                         [(e, fn, d) for e, cases in MISTAKES.items() for fn, d in cases],
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_mistake_is_rejected_with_its_diagnosis(exercise, fn, diagnosis):
+    with pytest.raises(CheckFailed) as failure:
+        check(exercise, fn)
+    assert diagnosis in str(failure.value), str(failure.value)
+
+
+@pytest.mark.parametrize("exercise,fn", [(e, fn) for e, cases in VARIANTS.items() for fn in cases],
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_valid_variant_passes(exercise, fn):
+    check(exercise, fn)
+
+
+def test_reference_solutions_pass(softmax_notebook):
+    for exercise in exercise_ids("softmax"):
+        check(exercise, softmax_notebook[exercise.split("-", 1)[1]])
+
+
+def test_reference_attention_matches_pytorch(softmax_notebook):
+    """The notebook's claim: the reference equals torch's built-in, masks included (True = attend)."""
+    import torch.nn.functional as F
+
+    attention = softmax_notebook["scaled_dot_product_attention"]
+    rng = np.random.default_rng(4)
+    q, k, v = rng.normal(size=(2, 3, 5, 6)), rng.normal(size=(2, 3, 5, 6)), rng.normal(size=(2, 3, 5, 7))
+    for mask in [None, np.tril(np.ones((5, 5), dtype=bool))]:
+        output, _ = attention(q, k, v, mask=mask)
+        expected = F.scaled_dot_product_attention(*(torch.as_tensor(a) for a in (q, k, v)),
+                                                  attn_mask=None if mask is None else torch.as_tensor(mask))
+        np.testing.assert_allclose(output, expected.numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_checks_do_not_trust_inputs_changed_in_place():
+    def in_place(x, axis=-1):
+        x -= x.max(axis=axis, keepdims=True)
+        np.exp(x, out=x)
+        x /= x.sum(axis=axis, keepdims=True)
+        return x
+    check("softmax-stable_softmax", in_place)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_variants_pass_and_mistakes_fail_for_many_student_seeds(seed):
+    """While grading, each student gets other inputs: the verdicts must not depend on them."""
+    from grader.checks._core import questions, verdict
+    from coursekit.probe import collect
+    from grader.wire import decode_payload
+
+    def run(exercise, fn):
+        asked = questions(exercise, seed)
+        answers = decode_payload(collect(exercise, fn, [q.call() for q in asked]), exercise)
+        return verdict(exercise, seed, answers)
+
+    for exercise, cases in VARIANTS.items():
+        for fn in cases:
+            assert run(exercise, fn) is None, (exercise, fn, run(exercise, fn))
+    for exercise, cases in MISTAKES.items():
+        for fn, diagnosis in cases:
+            message = run(exercise, fn)
+            assert message and diagnosis in message, (exercise, diagnosis, message)
