@@ -9,10 +9,12 @@ import numpy as np
 
 def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str], *,
             title: str, xlabel: str = "", ylabel: str = "", ax=None, cmap: str = "viridis",
-            annotate: bool = True, fmt: str = "{:.2f}"):
+            annotate: bool = True, fmt: str = "{:.2f}", vmin: float | None = None,
+            vmax: float | None = None):
     """Draw ``matrix`` (rows, cols) with token labels on both axes and a colour bar.
 
     Returns the matplotlib Axes. Values are printed in the cells when ``annotate``.
+    ``vmin``/``vmax`` fix the colour scale, so that several maps can be compared.
     """
     m = np.asarray(matrix.detach() if hasattr(matrix, "detach") else matrix, dtype=float)
     if m.shape != (len(row_labels), len(col_labels)):
@@ -20,7 +22,7 @@ def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str]
                          f"{len(row_labels)} row and {len(col_labels)} column labels")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.55 * len(col_labels) + 2.5, 0.45 * len(row_labels) + 1.5))
-    image = ax.imshow(m, cmap=cmap)
+    image = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax)
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right")
     ax.set_yticks(range(len(row_labels)), row_labels)
@@ -28,7 +30,8 @@ def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str]
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if annotate:
-        middle = (np.nanmax(m) + np.nanmin(m)) / 2
+        low = np.nanmin(m) if vmin is None else vmin
+        middle = (low + (np.nanmax(m) if vmax is None else vmax)) / 2
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
                 ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=7,

@@ -46,8 +46,10 @@ def _raised_hint(got: object, name: str) -> None:
     if "broadcast" in message:
         masks = (", and the mask must broadcast against the scores (np.where(mask, scores, -np.inf))"
                  if name == "scaled_dot_product_attention" else "")
+        inner = ("" if name == "stable_softmax" else
+                 " (in this function, or in your stable_softmax if it calls it: fix that one first)")
         raise CheckFailed(f"{name} raised {message}. A max or sum over an axis must keep that axis "
-                          f"(keepdims=True) to broadcast back against its input{masks}")
+                          f"(keepdims=True) to broadcast back against its input{inner}{masks}")
     if "axes don't match array" in message:
         raise CheckFailed(f"{name} raised {message}: numpy's a.transpose(-2, -1) is not PyTorch's. "
                           "Swap the last two axes with np.swapaxes(key, -1, -2) (or key.swapaxes(-1, -2), "
