@@ -10,6 +10,8 @@ import csv
 import nbformat
 import pytest
 
+from grader import course
+from grader.checks import exercise_ids
 from tests.conftest import expected_grades
 
 ASSIGNMENT = "01_similarity"
@@ -21,7 +23,14 @@ def test_sample_class_grades_as_recorded(graded_class, key, expected):
     assert row.status == expected["status"], row.diagnoses
     assert row.points == expected["exercises"], row.diagnoses
     assert row.score == expected["score"]
-    assert row.max_score == sum(expected_max().values())
+    assert row.max_score == max_points(key[1])
+
+
+def max_points(assignment_id: str) -> float:
+    """The points of an assignment, read from its source notebook's graded cells."""
+    path = course.SOLUTIONS / assignment_id / f"{assignment_id}.ipynb"
+    return sum(c.metadata["nbgrader"].get("points", 0) for c in nbformat.read(path, as_version=4).cells
+               if c.metadata.get("nbgrader", {}).get("grade"))
 
 
 def expected_max():
@@ -39,23 +48,29 @@ def test_sample_class_is_a_real_class():
     assert any("time limit" in s for s in statuses)
     scores = [e["score"] for e in recorded.values()]
     assert 0 in scores and 10 in scores and any(0 < s < 10 for s in scores)
+    # every student has a recorded row for every assignment of the course
+    students = {s for s, _ in recorded}
+    assert {(s, a) for s in students for a in course.assignments()} <= set(recorded)
 
 
-def test_solution_scores_full_marks_and_runs_without_error(graded_class):
-    row = graded_class["rows"][("zz_solution", ASSIGNMENT)]
-    assert row.status == "graded" and row.score == row.max_score == 10, row.diagnoses
-    graded = graded_class["out"] / "course" / "autograded" / "zz_solution" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+@pytest.mark.parametrize("assignment", course.assignments())
+def test_solution_scores_full_marks_and_runs_without_error(graded_class, assignment):
+    row = graded_class["rows"][("zz_solution", assignment)]
+    assert row.status == "graded" and row.score == row.max_score == max_points(assignment), row.diagnoses
+    graded = graded_class["out"] / "course" / "autograded" / "zz_solution" / assignment / f"{assignment}.ipynb"
     for cell in nbformat.read(graded, as_version=4).cells:
         for output in cell.get("outputs", []):
             assert output.output_type != "error", f"cell {cell.get('id')}: {output.get('evalue')}"
 
 
-def test_release_notebook_scores_zero_on_every_exercise(graded_class):
+@pytest.mark.parametrize("assignment", course.assignments())
+def test_release_notebook_scores_zero_on_every_exercise(graded_class, assignment):
     """Every graded cell can fail: the untouched student version earns nothing anywhere."""
-    row = graded_class["rows"][("zz_release", ASSIGNMENT)]
+    row = graded_class["rows"][("zz_release", assignment)]
+    exercises = exercise_ids(assignment.split("_", 1)[1])
     assert row.status == "graded"
-    assert row.points == dict.fromkeys(expected_max(), 0.0)
-    assert set(row.diagnoses) == set(expected_max())
+    assert row.points == dict.fromkeys(exercises, 0.0)
+    assert set(row.diagnoses) == set(exercises)
     assert all("not answered yet" in d for d in row.diagnoses.values())
 
 
@@ -67,8 +82,6 @@ def test_missing_assignment_folder_gets_a_row(graded_class):
 def test_grades_csv_has_one_row_per_submission_and_a_column_per_exercise(graded_class):
     with open(graded_class["out"] / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    from grader.checks import exercise_ids
-
     assert list(rows[0])[:5] == ["student_id", "assignment_id", "score", "max_score", "status"]
     assert set(list(rows[0])[5:]) == set(exercise_ids())
     assert len(rows) == len(graded_class["rows"])
