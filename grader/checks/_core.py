@@ -172,6 +172,8 @@ def value(answer: object, name: str) -> object:
         if answer.message.startswith("NotImplementedError"):
             raise CheckFailed(f"{name}: not answered yet, it still raises NotImplementedError")
         raise CheckFailed(f"{name} raised {answer.message}")
+    if isinstance(answer, Unsupported) and answer.kind == "a NoneType":
+        raise CheckFailed(f"{name} returns nothing (None): is a `return` missing?")
     if isinstance(answer, Unsupported):
         raise CheckFailed(f"{name} should be a numpy array or torch tensor, but it is {answer.kind}")
     return answer

@@ -224,7 +224,8 @@ def combine_masks_questions(rng: np.random.Generator) -> list[Question]:
             ]
             mistakes = [(m, w) for m, w in mistakes if w is not None]
 
-        def verify(got, expected=expected, what=what, mistakes=mistakes, square=q_len == k_len) -> None:
+        def verify(got, expected=expected, what=what, mistakes=mistakes, square=q_len == k_len,
+                   q_len=q_len) -> None:
             try:
                 value(got, "combine_masks")
             except CheckFailed as error:
