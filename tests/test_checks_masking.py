@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from grader.checks import CheckFailed, check, exercise_ids
+from grader.checks import CheckFailed, check
 from tests.conftest import solution_namespace
+from tests.check_cases import shared_tests
 
 
 @pytest.fixture(scope="module")
@@ -256,30 +257,7 @@ VARIANTS = {
 }
 
 
-def test_every_exercise_has_cases():
-    assert set(MISTAKES) == set(VARIANTS) == set(exercise_ids("masking"))
-    for exercise in MISTAKES:
-        assert len(MISTAKES[exercise]) >= 3 and len(VARIANTS[exercise]) >= 2
-
-
-@pytest.mark.parametrize("exercise,fn,diagnosis",
-                         [(e, fn, d) for e, cases in MISTAKES.items() for fn, d in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_mistake_is_rejected_with_its_diagnosis(exercise, fn, diagnosis):
-    with pytest.raises(CheckFailed) as failure:
-        check(exercise, fn)
-    assert diagnosis in str(failure.value), str(failure.value)
-
-
-@pytest.mark.parametrize("exercise,fn", [(e, fn) for e, cases in VARIANTS.items() for fn in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_valid_variant_passes(exercise, fn):
-    check(exercise, fn)
-
-
-def test_reference_solutions_pass(masking):
-    for exercise in exercise_ids("masking"):
-        check(exercise, masking[exercise.split("-", 1)[1]])
+globals().update(shared_tests("masking", MISTAKES, VARIANTS, solutions="masking"))
 
 
 def test_masked_softmax_built_on_apply_mask_passes(masking):

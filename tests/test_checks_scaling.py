@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.checks import CheckFailed, check, exercise_ids
 from tests.conftest import solution_namespace
+from tests.check_cases import shared_tests
 
 
 @pytest.fixture(scope="module")
@@ -215,30 +215,7 @@ VARIANTS = {
 }
 
 
-def test_every_exercise_has_cases():
-    assert set(MISTAKES) == set(VARIANTS) == set(exercise_ids("scaling"))
-    for exercise in MISTAKES:
-        assert len(MISTAKES[exercise]) >= 3 and len(VARIANTS[exercise]) >= 2
-
-
-@pytest.mark.parametrize("exercise,fn,diagnosis",
-                         [(e, fn, d) for e, cases in MISTAKES.items() for fn, d in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_mistake_is_rejected_with_its_diagnosis(exercise, fn, diagnosis):
-    with pytest.raises(CheckFailed) as failure:
-        check(exercise, fn)
-    assert diagnosis in str(failure.value), str(failure.value)
-
-
-@pytest.mark.parametrize("exercise,fn", [(e, fn) for e, cases in VARIANTS.items() for fn in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_valid_variant_passes(exercise, fn):
-    check(exercise, fn)
-
-
-def test_reference_solutions_pass(scaling):
-    for exercise in exercise_ids("scaling"):
-        check(exercise, scaling[exercise.split("-", 1)[1]])
+globals().update(shared_tests("scaling", MISTAKES, VARIANTS, solutions="scaling"))
 
 
 def test_reference_functions_do_what_the_notebook_claims(scaling):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from grader.checks import CheckFailed, check, exercise_ids
+from grader.checks import check
+from tests.check_cases import shared_tests
 
 
 def stub(*args):
@@ -111,30 +112,7 @@ VARIANTS = {
 }
 
 
-def test_every_exercise_has_cases():
-    assert set(MISTAKES) == set(VARIANTS) == set(exercise_ids("similarity"))
-    for exercise in MISTAKES:
-        assert len(MISTAKES[exercise]) >= 3 and len(VARIANTS[exercise]) >= 2
-
-
-@pytest.mark.parametrize("exercise,fn,diagnosis",
-                         [(e, fn, d) for e, cases in MISTAKES.items() for fn, d in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_mistake_is_rejected_with_its_diagnosis(exercise, fn, diagnosis):
-    with pytest.raises(CheckFailed) as failure:
-        check(exercise, fn)
-    assert diagnosis in str(failure.value), str(failure.value)
-
-
-@pytest.mark.parametrize("exercise,fn", [(e, fn) for e, cases in VARIANTS.items() for fn in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_valid_variant_passes(exercise, fn):
-    check(exercise, fn)
-
-
-def test_reference_solutions_pass(similarity):
-    for exercise in exercise_ids("similarity"):
-        check(exercise, similarity[exercise.split("-", 1)[1]])
+globals().update(shared_tests("similarity", MISTAKES, VARIANTS, solutions="similarity"))
 
 
 def test_checks_do_not_modify_or_trust_learner_inputs(similarity):

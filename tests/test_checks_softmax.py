@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from grader.checks import CheckFailed, check, exercise_ids
+from grader.checks import check
 from tests.conftest import solution_namespace
+from tests.check_cases import shared_tests
 
 # The mistakes overflow and divide by zero on purpose.
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
@@ -349,30 +350,7 @@ VARIANTS = {
 }
 
 
-def test_every_exercise_has_cases():
-    assert set(MISTAKES) == set(VARIANTS) == set(exercise_ids("softmax"))
-    for exercise in MISTAKES:
-        assert len(MISTAKES[exercise]) >= 3 and len(VARIANTS[exercise]) >= 2
-
-
-@pytest.mark.parametrize("exercise,fn,diagnosis",
-                         [(e, fn, d) for e, cases in MISTAKES.items() for fn, d in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_mistake_is_rejected_with_its_diagnosis(exercise, fn, diagnosis):
-    with pytest.raises(CheckFailed) as failure:
-        check(exercise, fn)
-    assert diagnosis in str(failure.value), str(failure.value)
-
-
-@pytest.mark.parametrize("exercise,fn", [(e, fn) for e, cases in VARIANTS.items() for fn in cases],
-                         ids=lambda x: x if isinstance(x, str) else "")
-def test_valid_variant_passes(exercise, fn):
-    check(exercise, fn)
-
-
-def test_reference_solutions_pass(softmax_notebook):
-    for exercise in exercise_ids("softmax"):
-        check(exercise, softmax_notebook[exercise.split("-", 1)[1]])
+globals().update(shared_tests("softmax", MISTAKES, VARIANTS, solutions="softmax_notebook"))
 
 
 def test_reference_attention_matches_pytorch(softmax_notebook):
