@@ -28,7 +28,7 @@ from pathlib import Path
 from nbformat import NotebookNode
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import NbGraderPreprocessor
-from nbgrader.utils import determine_grade, is_grade, is_solution, is_task
+from nbgrader.utils import compute_checksum, determine_grade, is_grade, is_solution, is_task
 from traitlets import Unicode, default
 
 from coursekit.probe import MIME, encode_questions
@@ -190,13 +190,7 @@ class SaveVerifiedGrades(NbGraderPreprocessor):
                     grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
                 if is_solution(cell) or is_task(cell):
                     comment = gb.find_comment(*key)
-                    unchanged = cell.metadata.nbgrader.get("checksum") == _checksum(cell) and not is_task(cell)
+                    unchanged = cell.metadata.nbgrader.get("checksum") == compute_checksum(cell) and not is_task(cell)
                     comment.auto_comment = ("No response." if unchanged else None) or verdicts.get(exercise)
             gb.db.commit()
         return nb, resources
-
-
-def _checksum(cell: NotebookNode) -> str:
-    from nbgrader.utils import compute_checksum
-
-    return compute_checksum(cell)
