@@ -1,10 +1,33 @@
-"""Plotting helpers shared by the notebooks: labelled heatmaps and 2-D vector pictures."""
+"""Plotting helpers shared by the notebooks: labelled heatmaps and 2-D vector pictures.
+
+Importing this module registers the Korean font shipped in ``assets/fonts`` as the
+fallback of matplotlib's default sans-serif font, so Hangul labels render on any
+machine, offline, with no system font installed. A label holding ``$math$`` is set
+entirely by mathtext, which has no Hangul: keep Korean and math in separate labels.
+"""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import font_manager
+
+KOREAN_FONT = Path(__file__).resolve().parents[1] / "assets" / "fonts" / "NanumSquareR.ttf"
+
+
+def use_korean_font() -> None:
+    """Make matplotlib fall back to NanumSquare (shipped, OFL) for glyphs DejaVu Sans lacks."""
+    font_manager.fontManager.addfont(str(KOREAN_FONT))
+    name = font_manager.FontProperties(fname=str(KOREAN_FONT)).get_name()
+    # matplotlib falls back along font.family, one font per entry: the default first
+    families = [f for f in matplotlib.rcParams["font.family"] if f != name]
+    matplotlib.rcParams["font.family"] = families + [name]
+
+
+use_korean_font()
 
 
 def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str], *,

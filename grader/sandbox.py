@@ -6,7 +6,7 @@ It starts the kernel through Debian's ``bwrap`` with:
 - no network (a new, empty network namespace) and its own PID, IPC and UTS namespaces,
   so it can neither reach a server nor see or signal the grader's processes;
 - a whitelisted, read-only view of the system: /usr, /etc, the Python installation,
-  the virtual environment and the ``coursekit`` package. The course folder
+  the virtual environment, the ``coursekit`` package and ``assets/``. The course folder
   (solutions, the ``grader`` package with its references, the secret), the gradebook,
   the workspace and other students' files are simply not there;
 - size-limited tmpfs scratch at ``/home/student/work`` (the working directory, holding
@@ -39,6 +39,8 @@ from jupyter_client.manager import AsyncKernelManager
 from traitlets import Bool, Integer
 
 import coursekit
+
+from .course import ASSETS
 
 WORK = "/home/student/work"
 FILES = "/home/student/submission"
@@ -144,7 +146,8 @@ class SandboxedKernelManager(AsyncKernelManager):
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/home/student",
                  "--perms", "0777", "--dir", WORK]
-        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
+        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent),
+                    str(ASSETS)}
         # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
         parents = {str(p) for path in readable | {self._run_dir} for p in Path(path).parents}
         for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):

@@ -18,3 +18,18 @@ def test_environment_yml_matches_pyproject():
     assert set(pip_section) - {"-e ."} == pins
     assert all("==" in pin for pin in pins), "every dependency is pinned exactly"
     assert "python=3.11" in env["dependencies"]
+
+
+def test_korean_renders_offline_from_the_shipped_font(tmp_path):
+    """Hangul labels draw with the font in assets/fonts, with no missing-glyph warning."""
+    import warnings
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from coursekit import plots
+
+    assert plots.KOREAN_FONT.is_file() and (plots.KOREAN_FONT.parent / "OFL.txt").is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ax = plots.heatmap([[0.2, 0.8], [0.6, 0.4]], ["나는", "고기를"], ["먹었다", "it"], title="나는 고기를 먹었다")
+        ax.figure.savefig(tmp_path / "korean.png")
