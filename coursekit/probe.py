@@ -10,6 +10,10 @@ it, can make a wrong answer pass. It holds no reference code and no secrets.
 
 The same encoding is used in process by ``grader.checks.check`` when an instructor
 runs the solution notebook.
+
+A learner's class (a ``torch.nn.Module``) or a function of modules is not a function of
+plain data. Its exercise names a driver (``DRIVERS``): harness code that builds the
+module, loads given weights into it by name, calls it and hands back its tensors.
 """
 from __future__ import annotations
 
@@ -66,17 +70,21 @@ def encode_value(value: Any, depth: int = 0) -> dict:
         return encode_array(array)
     if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:
         items = list(value)
-        nested = [i for i in items if isinstance(i, (tuple, list, np.ndarray))
-                  or torch is not None and isinstance(i, torch.Tensor)]
-        if isinstance(value, list) and not nested:
-            try:  # a plain list of numbers is an array
+        if isinstance(value, list) and _plain_numbers(items):
+            try:  # a list of numbers, or of such lists (rows built in a loop), is an array
                 return encode_value(np.asarray(items, dtype=np.float64), depth)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError):  # ragged rows
                 pass
         if len(items) > MAX_ITEMS:
             return {"unsupported": f"a {type(value).__name__} of {len(items)} items"}
         return {"sequence": [encode_value(item, depth + 1) for item in items]}
     return {"unsupported": f"a {type(value).__name__}"}
+
+
+def _plain_numbers(items: list) -> bool:
+    """Python numbers, or lists holding only such (no arrays, tensors or tuples)."""
+    return all(isinstance(i, (bool, int, float, np.number, np.bool_)) or isinstance(i, list) and _plain_numbers(i)
+               for i in items)
 
 
 Question = "tuple[list[Any], dict[str, Any]]"  # positional and keyword arguments
@@ -90,7 +98,9 @@ def call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
     ``x.transpose(-2, -1)``), so when any exception escapes it is called again with
     every array turned into a tensor: either library is a valid answer. Numbers,
     booleans and None are passed as they are. If both calls raise, the numpy call's
-    exception propagates.
+    exception propagates, unless it was a TypeError or AttributeError: that is how
+    tensor code fails on arrays (``x.size()``, ``x.masked_fill``), so the tensor call's
+    exception is the one that tells what the code does.
     """
     if not callable(fn):
         raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
@@ -110,16 +120,176 @@ def call(fn: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         a, k = fresh(torch.tensor)
         try:
             return fn(*a, **k)
-        except Exception:
+        except Exception as torch_error:
+            if isinstance(numpy_error, (TypeError, AttributeError)):
+                raise torch_error from None
             raise numpy_error from None
 
 
-def collect(exercise_id: str, fn: Any, questions: list) -> dict:
-    """Call ``fn`` on each question's ``(args, kwargs)``; the payload handed to the grader."""
+# ---------------------------------------------------------------------------- drivers
+# The probe calls a plain function of data. A class or a weight loader is not one, so an
+# exercise may name a *driver*: harness code that turns the learner's object into a
+# function of plain data (arrays and numbers in, arrays out). Drivers hold no reference
+# and no secret: they build, load and call; the grader judges what comes back. A
+# driver's own error messages reach the learner as the diagnosis, so they say what to fix.
+# ``tensors`` serves functions specified for torch tensors only: it converts the arrays.
+
+_LINEARS = ("W_q", "W_k", "W_v", "W_o")
+_SIZES = ("d_model", "heads", "d_k")
+
+
+def _holds_numpy(value: Any) -> bool:
+    """A numpy array, or a tuple or list holding one (what a function of tensors must not return)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return True
+    return isinstance(value, (tuple, list)) and any(isinstance(v, (np.ndarray, np.generic)) for v in value)
+
+
+def _drive_tensors(fn: Any) -> Any:
+    """A function of torch tensors -> the same function, called with every array argument
+    turned into a torch tensor of the array's dtype (numbers and None as they are).
+
+    No numpy call is tried. A numpy array returned for tensor input is reported: the
+    exercise takes and returns tensors.
+    """
+    import torch
+
+    def run(*args, **kwargs):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+
+        def convert(v):
+            return torch.from_numpy(np.array(v, copy=True)) if isinstance(v, np.ndarray) else v
+
+        result = fn(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
+        if _holds_numpy(result):
+            raise TypeError("it returns a numpy array for a torch tensor input: take and return torch "
+                            "tensors (tensor methods .reshape, .transpose, .permute, torch.stack, torch.cat; "
+                            "no np. functions)")
+        return result
+
+    return run
+
+
+def _linear_parts(module: Any, name: str, owner: str, d_model: int) -> tuple:
+    """The (weight, bias) of ``module.<name>``, checked to be an nn.Linear(d_model, d_model)."""
+    layer = getattr(module, name, None)
+    if layer is None:
+        raise AttributeError(f"{owner} has no attribute {name}: create it in __init__ as "
+                             f"self.{name} = nn.Linear(d_model, d_model)")
+    weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
+    if weight is None or tuple(weight.shape) != (d_model, d_model):
+        shape = None if weight is None else tuple(weight.shape)
+        raise ValueError(f"{owner}.{name} should be nn.Linear(d_model, d_model), a weight of shape "
+                         f"({d_model}, {d_model}) for d_model={d_model}; its weight has shape {shape}")
+    if bias is None or tuple(bias.shape) != (d_model,):
+        raise ValueError(f"{owner}.{name} has no bias of shape ({d_model},): keep nn.Linear's "
+                         "default bias=True (torch.nn.MultiheadAttention has biases too)")
+    return weight, bias
+
+
+def _check_sizes(module: Any, owner: str, d_model: int, heads: int) -> None:
+    """The attributes d_model, heads and d_k that the docstring promises, with their values."""
+    for name, want in zip(_SIZES, (d_model, heads, d_model // heads)):
+        got = getattr(module, name, None)
+        if got is None:
+            raise AttributeError(f"{owner} has no attribute {name}: set self.d_model, self.heads and "
+                                 "self.d_k = d_model // heads in __init__ (the docstring names them)")
+        if not isinstance(got, (int, np.integer)) or isinstance(got, bool) or got != want:
+            raise ValueError(f"{owner}.{name} should be the int {want}, but it is {got!r}")
+
+
+def _drive_attention_module(cls: Any) -> Any:
+    """A multi-head attention class -> fn(d_model, heads, W_q, b_q, ..., W_o, b_o, query, key,
+    value, mask) returning what ``forward(query, key, value, mask)`` returns.
+
+    Builds ``cls(d_model, heads)``, checks its attributes d_model, heads and d_k, copies the
+    given weights into its nn.Linear attributes W_q, W_k, W_v, W_o, switches it to eval mode
+    and calls it on float32 tensors (the mask as a bool tensor, or None), without autograd.
+    Called with ``(d_model, heads)`` alone it only builds the module and returns 0 (for a
+    question whose answer is an exception).
+    """
+    import torch
+
+    def run(d_model, heads, *arrays):
+        if not isinstance(cls, type):
+            raise TypeError(f"it should be a class (an nn.Module subclass), but it is a {type(cls).__name__}")
+        module = cls(int(d_model), int(heads))
+        if not arrays:
+            return 0
+        params, (query, key, value, mask) = arrays[:8], arrays[8:]
+        owner = f"{cls.__name__}({d_model}, {heads})"
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"{owner} is not a torch.nn.Module: subclass nn.Module and call "
+                            "super().__init__() first")
+        with torch.no_grad():
+            for i, name in enumerate(_LINEARS):
+                weight, bias = _linear_parts(module, name, owner, int(d_model))
+                weight.copy_(torch.as_tensor(params[2 * i]))
+                bias.copy_(torch.as_tensor(params[2 * i + 1]))
+            _check_sizes(module, owner, int(d_model), int(heads))
+            module.eval()
+            tensors = [torch.tensor(a, dtype=torch.float32) for a in (query, key, value)]
+            return module(*tensors, None if mask is None else torch.tensor(mask, dtype=torch.bool))
+
+    return run
+
+
+def _drive_weight_loader(loader: Any) -> Any:
+    """A loader ``loader(module, torch_mha)`` -> fn(d_model, heads, in_proj_weight, in_proj_bias,
+    out_proj_weight, out_proj_bias) returning 9 items: the 8 tensors W_q.weight, W_q.bias, ...,
+    W_o.bias of the module it loaded into, then whether the loader returned that module.
+
+    The torch.nn.MultiheadAttention(d_model, heads, batch_first=True) holds the given arrays;
+    the module is a plain nn.Module with what a MultiHeadAttention has: int attributes
+    d_model, heads, d_k and four nn.Linear(d_model, d_model) attributes W_q, W_k, W_v, W_o
+    whose weights and biases start at 0.
+    """
+    import torch
+
+    def run(d_model, heads, in_weight, in_bias, out_weight, out_bias):
+        d_model, heads = int(d_model), int(heads)
+        if not callable(loader):
+            raise TypeError(f"it should be a function, but it is a {type(loader).__name__}")
+        reference = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+        target = torch.nn.Module()
+        target.d_model, target.heads, target.d_k = d_model, heads, d_model // heads
+        with torch.no_grad():
+            for param, array in [(reference.in_proj_weight, in_weight), (reference.in_proj_bias, in_bias),
+                                 (reference.out_proj.weight, out_weight), (reference.out_proj.bias, out_bias)]:
+                param.copy_(torch.as_tensor(array))
+            for name in _LINEARS:
+                setattr(target, name, torch.nn.Linear(d_model, d_model))
+                torch.nn.init.zeros_(getattr(target, name).weight)
+                torch.nn.init.zeros_(getattr(target, name).bias)
+        returned = loader(target, reference)
+        parts = tuple(part for name in _LINEARS for part in _linear_parts(target, name, "the module", d_model))
+        return parts + (np.bool_(returned is target),)
+
+    return run
+
+
+DRIVERS = {"tensors": _drive_tensors, "attention_module": _drive_attention_module,
+           "weight_loader": _drive_weight_loader}
+
+
+def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = None) -> dict:
+    """Call ``fn`` on each question's ``(args, kwargs)``; the payload handed to the grader.
+
+    With a ``driver`` (a key of ``DRIVERS``), the driver's plain function of ``fn`` is
+    called instead, with numpy arrays (no retry with tensors: the driver converts).
+    """
     answers = []
     for args, kwargs in questions:
         try:
-            answers.append({"value": encode_value(call(fn, args, kwargs))})
+            if driver is None:
+                result = call(fn, args, kwargs)
+            else:
+                if driver not in DRIVERS:
+                    raise LookupError(f"unknown driver {driver!r}: update the course package")
+                a = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args]
+                result = DRIVERS[driver](fn)(*a, **kwargs)
+            answers.append({"value": encode_value(result)})
         except Exception as error:  # the learner's code may raise anything
             answers.append({"raised": _short(error)})
     return {"exercise": exercise_id, "answers": answers}
@@ -150,8 +320,8 @@ def decode_questions(text: str) -> list:
             for q in json.loads(text)]
 
 
-def answer(exercise_id: str, fn: Any, questions: str) -> None:
-    """Hidden test cell entry point: answer the grader's questions with ``fn``."""
+def answer(exercise_id: str, fn: Any, questions: str, driver: str | None = None) -> None:
+    """Hidden test cell entry point: answer the grader's questions with ``fn`` (through ``driver``)."""
     from IPython.display import display
 
-    display({MIME: collect(exercise_id, fn, decode_questions(questions))}, raw=True)
+    display({MIME: collect(exercise_id, fn, decode_questions(questions), driver)}, raw=True)

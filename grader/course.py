@@ -34,6 +34,22 @@ def notebook_names(assignment_id: str) -> list[str]:
     return sorted(p.stem for p in (SOLUTIONS / assignment_id).glob("*.ipynb"))
 
 
+def solution_namespace(assignment_id: str) -> dict:
+    """Run the solution cells and the read-only set-up cells (grade ids ending in -setup,
+    -data or -helpers; not figures or demos) of an assignment's source notebook in process:
+    the reference solutions by name (for the tests and the benchmarks)."""
+    import nbformat
+
+    path = SOLUTIONS / assignment_id / f"{assignment_id}.ipynb"
+    namespace: dict = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        setup = meta.get("locked") and meta.get("grade_id", "").endswith(("-setup", "-data", "-helpers"))
+        if cell.cell_type == "code" and (meta.get("solution") or setup):
+            exec(compile(cell.source, f"{path.name}:{meta.get('grade_id')}", "exec"), namespace)
+    return namespace
+
+
 def exercise_id(grade_id: str) -> str:
     """The exercise id that a cell's grade_id belongs to."""
     return grade_id[: -len(TEST_SUFFIX)] if grade_id.endswith(TEST_SUFFIX) else grade_id

@@ -121,8 +121,10 @@ class AskQuestions(CourseSecret):
                     continue
                 seeds[exercise] = seed
                 questions = encode_questions([q.call() for q in asked])
+                driver = checks.get(exercise).driver  # a class or a loader is called through it
                 lines[lineno - 1] = (f'__import__("coursekit.probe", fromlist=["answer"]).answer('
-                                     f'{exercise!r}, {fn}, {questions!r})')
+                                     f'{exercise!r}, {fn}, {questions!r}'
+                                     f'{"" if driver is None else f", driver={driver!r}"})')
             # grader.checks is not importable in the sandbox, and not needed there
             cell.source = "\n".join(line for line in lines
                                     if line.strip() != "from grader.checks import check")

@@ -6,23 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from grader import course
-
-
-def solution_namespace(assignment_id: str) -> dict:
-    """Run the solution cells and the read-only set-up cells (grade ids ending in -setup,
-    -data or -helpers; not figures or demos) of an assignment's source notebook in process."""
-    path = course.SOLUTIONS / assignment_id / f"{assignment_id}.ipynb"
-    namespace: dict = {}
-    for cell in nbformat.read(path, as_version=4).cells:
-        meta = cell.metadata.get("nbgrader", {})
-        setup = meta.get("locked") and meta.get("grade_id", "").endswith(("-setup", "-data", "-helpers"))
-        if cell.cell_type == "code" and (meta.get("solution") or setup):
-            exec(compile(cell.source, f"{path.name}:{meta.get('grade_id')}", "exec"), namespace)
-    return namespace
+from grader.course import solution_namespace  # noqa: F401  (the test modules import it from here)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,18 @@ def test_round_trip_keeps_values_dtype_and_structure():
     assert got[1].shape == () and float(got[1]) == 2.5 and got[2].tolist() == [1.0, 2.0]
 
 
+def test_lists_of_number_rows_are_arrays_and_lists_of_arrays_are_sequences():
+    """A table built row by row in plain Python is one array; [output, weights] stays two answers."""
+    rows = [[float(i + j) for j in range(3)] for i in range(4)]
+    ragged = [[1.0, 2.0], [3.0]]
+    pair = [np.zeros((2, 3)), np.ones((2, 2))]
+    payload = collect(EXERCISE, lambda x: x, [([rows], {}), ([ragged], {}), ([pair], {})])
+    table, uneven, two = decode_payload(payload, EXERCISE)
+    assert isinstance(table, np.ndarray) and table.shape == (4, 3) and table[3, 2] == 5.0
+    assert isinstance(uneven, tuple) and len(uneven) == 2
+    assert isinstance(two, tuple) and two[1].shape == (2, 2)
+
+
 def test_errors_and_non_data_are_reported_not_trusted():
     class EqualsAnything:
         def __eq__(self, other):

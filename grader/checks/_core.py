@@ -72,18 +72,26 @@ class Exercise:
     id: str
     function: str  # the name the learner's function has in the notebook, for messages
     questions: Callable[[np.random.Generator], list[Question]]
+    driver: str | None = None  # a key of coursekit.probe.DRIVERS: how to call a class or loader
 
 
 _REGISTRY: dict[str, Exercise] = {}
 
 
-def exercise(exercise_id: str, function: str):
-    """Register the decorated ``questions(rng)`` as the check of ``exercise_id``."""
+def exercise(exercise_id: str, function: str, driver: str | None = None):
+    """Register the decorated ``questions(rng)`` as the check of ``exercise_id``.
+
+    ``driver`` names the kernel-side harness (``coursekit.probe.DRIVERS``) that turns the
+    learner's object, a class or a weight loader, into a function of plain data; the
+    questions' arguments are then that function's.
+    """
+    if driver is not None and driver not in probe.DRIVERS:
+        raise ValueError(f"{exercise_id}: unknown driver {driver!r}")
 
     def register(questions: Callable[[np.random.Generator], list[Question]]):
         if exercise_id in _REGISTRY:
             raise ValueError(f"two checks registered for {exercise_id!r}")
-        _REGISTRY[exercise_id] = Exercise(exercise_id, function, questions)
+        _REGISTRY[exercise_id] = Exercise(exercise_id, function, questions, driver)
         return questions
 
     return register
@@ -158,7 +166,7 @@ def check(exercise_id: str, fn: object) -> None:
 
     seed = public_seed(exercise_id)
     asked = questions(exercise_id, seed)
-    payload = probe.collect(exercise_id, fn, [q.call() for q in asked])
+    payload = probe.collect(exercise_id, fn, [q.call() for q in asked], get(exercise_id).driver)
     answers = decode_payload(payload, exercise_id)
     message = verdict(exercise_id, seed, answers)
     if message:
@@ -187,7 +195,8 @@ def to_array(answer: object, what: str) -> np.ndarray:
     """
     answer = value(answer, what)
     if isinstance(answer, tuple):
-        raise CheckFailed(f"{what} should be one array, but it is a tuple of {len(answer)} items")
+        raise CheckFailed(f"{what} should be one array, but it is a tuple or list of {len(answer)} "
+                          "items: return one array (np.stack or np.array of them)")
     return np.asarray(answer, dtype=np.float64)
 
 
