@@ -30,6 +30,7 @@ test: $(STAMP)
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)
 	$(BIN)/python bench/grading.py
+	$(BIN)/python bench/throughput.py
 
 # The tamper corpus graded by stock nbgrader and by ours, side by side.
 tamper-report: $(STAMP)
