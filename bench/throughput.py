@@ -14,7 +14,10 @@ default). All three grade it in this one run, one after the other:
 
 Ours is timed end to end, Dask cluster start and stop included. Peak memory is the
 largest resident set of one worker's process tree (the worker and its kernel),
-sampled every 0.2 s. Target: ours with one worker per core at least 1.7x stock.
+sampled every 0.2 s. "cores got" is the CPU time of this process and everything it
+started, per second of wall time: on a machine shared with other work, it shows
+whether a slow run lacked CPU. Target: ours with one worker per core at least 1.7x
+stock.
 """
 from __future__ import annotations
 
@@ -54,21 +57,31 @@ def make_class(folder: Path, copies: int) -> dict[str, str]:
     return made
 
 
-class PeakMemory:
-    """Samples the resident memory of process trees: each worker's (a direct child of
-    this process that multiprocessing spawned) or, with ``self_tree``, this process's."""
+class Sampler:
+    """Every 0.2 s: the resident memory of each worker's process tree (a worker is a
+    direct child of this process that multiprocessing spawned; with ``self_tree``, this
+    process is the one worker), and the CPU time of everything this process started.
+
+    ``cores_used``: CPU seconds of this process and all its descendants (kernels
+    included) per second of wall time. On a machine shared with other work it shows
+    how many of the cores the run actually got.
+    """
 
     def __init__(self, self_tree: bool = False):
         self.self_tree, self.peaks, self._stop = self_tree, {}, threading.Event()
+        self._cpu: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
+        self._wall, self._own = time.perf_counter(), time.process_time()
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+        wall = time.perf_counter() - self._wall
+        self.cores_used = (sum(self._cpu.values()) + time.process_time() - self._own) / wall
 
     def _roots(self) -> list[psutil.Process]:
         me = psutil.Process()
@@ -79,6 +92,12 @@ class PeakMemory:
 
     def _run(self) -> None:
         while not self._stop.wait(0.2):
+            for p in _descendants(psutil.Process()):
+                try:
+                    times = p.cpu_times()
+                    self._cpu[p.pid] = times.user + times.system
+                except psutil.Error:
+                    pass
             for root in self._roots():
                 total = 0
                 for p in [root, *_descendants(root)]:
@@ -105,6 +124,7 @@ def _descendants(p: psutil.Process) -> list[psutil.Process]:
 
 def stock(class_dir: Path, work: Path, students: list[str]) -> float:
     """Seconds for stock nbgrader to autograde and give feedback to every student."""
+    work.mkdir(parents=True)
     config = Config()
     config.CourseDirectory.root = str(course.ROOT)
     config.CourseDirectory.source_directory = str(course.SOLUTIONS)
@@ -112,6 +132,7 @@ def stock(class_dir: Path, work: Path, students: list[str]) -> float:
         setattr(config.CourseDirectory, f"{step}_directory", str(work / step))
     config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     config.Execute.kernel_name = "python3"
+    config.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
     generate(work / "release", config.CourseDirectory.db_url, [ASSIGNMENT])
     for student in students:  # the same staging as ours, so stock finds renamed notebooks too
         stage(class_dir / student / ASSIGNMENT, work / "submitted" / student / ASSIGNMENT,
@@ -145,28 +166,31 @@ def main(argv: list[str] | None = None) -> int:
     recorded = {s: json.loads((course.SAMPLE_CLASS / s / "expected.json").read_text())[ASSIGNMENT]["score"]
                 for s in QUICK}
     results = []
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as scratch:
         class_dir = Path(scratch) / "class"
         made = make_class(class_dir, args.copies)
         expected = {new: recorded[old] for new, old in made.items()}
         n = len(made)
-        with PeakMemory(self_tree=True) as memory:
+        with Sampler(self_tree=True) as sampled:
             seconds = stock(class_dir, Path(scratch) / "stock", sorted(made))
-        results.append(("stock nbgrader autograde", seconds, memory.peaks))
+        results.append(("stock nbgrader autograde", seconds, sampled))
         for jobs in (1, cores):
             label = f"ours, {jobs} worker{'s' if jobs > 1 else ''}"
-            with PeakMemory() as memory:
+            with Sampler() as sampled:
                 seconds = ours(class_dir, Path(scratch) / f"ours-{jobs}", jobs, expected)
-            results.append((label, seconds, memory.peaks))
+            results.append((label, seconds, sampled))
     base = n / results[0][1] * 60
-    print(f"throughput on {n} submissions of {ASSIGNMENT} (autograde + feedback), {cores} cores:")
-    print(f"  {'grader':<26} {'wall s':>7} {'subs/min':>9} {'vs stock':>9}   peak RSS of one worker (with its kernel)")
-    for label, seconds, peaks in results:
+    print(f"throughput on {n} submissions of {ASSIGNMENT} (autograde + feedback), {cores} cores, "
+          f"load average {load[0]:.1f} before and {os.getloadavg()[0]:.1f} after:")
+    print(f"  {'grader':<26} {'wall s':>7} {'subs/min':>9} {'vs stock':>9} {'cores got':>10}   "
+          "peak RSS of one worker (with its kernel)")
+    for label, seconds, sampled in results:
         rate = n / seconds * 60
-        mib = sorted(v / 2**20 for v in peaks.values())
+        mib = sorted(v / 2**20 for v in sampled.peaks.values())
         memory = (f"{mib[-1]:.0f} MiB" + (f" (workers: {', '.join(f'{m:.0f}' for m in mib)})" if len(mib) > 1 else "")
                   if mib else "not sampled")
-        print(f"  {label:<26} {seconds:7.1f} {rate:9.1f} {rate / base:8.2f}x   {memory}")
+        print(f"  {label:<26} {seconds:7.1f} {rate:9.1f} {rate / base:8.2f}x {sampled.cores_used:10.2f}   {memory}")
     ratio = (n / results[-1][1] * 60) / base
     print(f"  ours with one worker per core / stock: {ratio:.2f}x (target >= {TARGET}x: "
           f"{'met' if ratio >= TARGET else 'MISSED'})")

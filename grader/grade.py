@@ -160,8 +160,9 @@ class Grader:
         """Write one unit's result into the workspace and the gradebook; return its row.
 
         The gradebook gets what nbgrader's autograde wrote in the unit's own gradebook:
-        the student, the submission and its timestamp, and (when it was graded) each
-        grade's auto score and each autograder comment, in one transaction. Manual
+        the student, the submission and its timestamp, then (when it was graded) each
+        grade's auto score, each autograder comment and the late penalty, these in one
+        transaction. Manual
         grades are kept and override, so the row's points are read back from the
         gradebook. Recording the same result twice changes nothing.
         """
