@@ -78,6 +78,30 @@ def test_files_sent_as_data_stage_like_the_folder(tmp_path):
     assert errors[0] == errors[1] and "over the 20 MB limit" in errors[0]
 
 
+def test_a_unit_result_is_json_and_carries_what_the_collector_needs(tmp_path):
+    import json
+
+    from grader.unit import Settings, course_version, grade_submission
+
+    settings = Settings(b"0" * 64, course_version=course_version())
+    result = grade_submission(read_files(course.SAMPLE_CLASS / "chloe" / ASSIGNMENT), "chloe", ASSIGNMENT, settings)
+    decoded = json.loads(json.dumps(result))  # nothing but JSON types in it
+    assert decoded["points"] == result["points"] and decoded["gradebook"]["notebooks"]
+    assert result["status"] == "graded" and result["graded"]
+    assert result["points"] == expected_grades()[("chloe", ASSIGNMENT)]["exercises"]
+    assert set(result["max_points"]) == set(result["points"]) and sum(result["max_points"].values()) == 10
+    assert any("softmax over the key axis" in d for d in result["diagnoses"].values())
+    assert set(result["timings"]) == {"stage", "autograde", "feedback", "total"}
+    assert "<html" in result["feedback"][ASSIGNMENT] and '"cells"' in result["autograded"][ASSIGNMENT]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / f"{ASSIGNMENT}.ipynb").write_bytes(b"")
+    bad = grade_submission(read_files(empty), "zz", ASSIGNMENT, settings)
+    assert bad["status"].startswith("not graded: '01_similarity.ipynb' is an empty file")
+    assert bad["gradebook"] is None and not bad["graded"] and json.dumps(bad)
+
+
 def test_a_unit_that_raises_becomes_a_row_and_the_batch_goes_on(tmp_path):
     """A worker with other course files refuses the unit; the collector gets a one-line reason."""
     from grader.parallel import Unit, run
