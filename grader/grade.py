@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbgrader.api import Gradebook
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
-from .release import generate
+from .release import generate, use_this_environment
 from .unit import Settings, course_version, grade_submission
 from .verify import CourseSecret
 
@@ -81,6 +83,26 @@ def configured_db_url() -> str | None:
     return config.CourseDirectory.db_url if "db_url" in config.CourseDirectory else None
 
 
+def _check_gradebook(db_url: str) -> None:
+    """Open the gradebook once, so that a wrong URL or an unreachable server is one clear line.
+
+    Raises:
+        RuntimeError: the URL is malformed, its driver is missing, or the database refuses.
+    """
+    try:
+        shown = make_url(db_url).render_as_string(hide_password=True)
+    except ArgumentError:
+        raise RuntimeError("the gradebook URL is not a database URL "
+                           "(e.g. postgresql://grader@dbhost/course)") from None
+    use_this_environment()
+    try:
+        with Gradebook(db_url):
+            pass
+    except (SQLAlchemyError, ImportError) as error:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        raise RuntimeError(f"cannot open the gradebook at {shown}: {reason}") from None
+
+
 class Grader:
     """The collector of one grading run: it alone writes the workspace and its gradebook.
 
@@ -90,7 +112,7 @@ class Grader:
     ``postgresql://grader@dbhost/course``.
 
     Raises:
-        RuntimeError: another grader holds this workspace.
+        RuntimeError: another grader holds this workspace, or the gradebook cannot be opened.
     """
 
     def __init__(self, out: Path, duedates: dict[str, str] | None = None,
@@ -104,6 +126,7 @@ class Grader:
         except BlockingIOError:
             raise RuntimeError(f"another grader is already working in {self.ws.out}; "
                                "wait for it to finish or use another --out") from None
+        _check_gradebook(self.ws.db_url)
         self.ws.write_nbgrader_config()
         self.duedates = duedates or {}
         self.timestamps = timestamps or {}

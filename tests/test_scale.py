@@ -223,3 +223,15 @@ def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_cla
     with open(csv_path, newline="") as f:
         exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f) if r["assignment"] == ASSIGNMENT}
     assert exported == {r.student_id: r.score for r in rows if r.student_id in STUDENTS}
+
+
+def test_a_wrong_gradebook_url_is_one_clear_line_without_the_password(tmp_path):
+    from grader.grade import Grader
+
+    port = free_port()  # nothing listens there
+    with pytest.raises(RuntimeError, match=rf"^cannot open the gradebook at postgresql://grader:\*\*\*@127.0.0.1:{port}/x: "
+                                           r"connection failed") as error:
+        Grader(tmp_path / "a", db_url=f"postgresql://grader:hunter2@127.0.0.1:{port}/x")
+    assert "hunter2" not in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(RuntimeError, match="^the gradebook URL is not a database URL"):
+        Grader(tmp_path / "b", db_url="gradebook.db")
