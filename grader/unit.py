@@ -71,18 +71,32 @@ def course_version() -> str:
 
 _lock = threading.Lock()
 _templates: dict[tuple[str, str | None], Path] = {}
-_scratch: tempfile.TemporaryDirectory | None = None
+_scratch: str | None = None
+_own_scratch: tempfile.TemporaryDirectory | None = None
+
+
+def _scratch_dir() -> str:
+    """This process's scratch folder. In a Dask worker it is the worker's own local
+    directory, which Dask deletes when the worker closes (and, for a worker that was
+    killed, when the next one starts); elsewhere a temporary folder removed at exit."""
+    global _scratch, _own_scratch
+    if _scratch is None:
+        try:
+            from distributed import get_worker
+
+            _scratch = tempfile.mkdtemp(prefix="grader-", dir=get_worker().local_directory)
+        except ValueError:  # not in a Dask worker
+            _own_scratch = tempfile.TemporaryDirectory(prefix="grader-")
+            _scratch = _own_scratch.name
+    return _scratch
 
 
 def _template(assignment_id: str, duedate: str | None) -> Path:
     """A folder holding the release and a gradebook with the assignment registered; made once."""
-    global _scratch
     with _lock:
         key = (assignment_id, duedate)
         if key not in _templates:
-            if _scratch is None:  # removed when the worker exits
-                _scratch = tempfile.TemporaryDirectory(prefix="grader-worker-")
-            folder = Path(tempfile.mkdtemp(prefix=f"{assignment_id}-", dir=_scratch.name))
+            folder = Path(tempfile.mkdtemp(prefix=f"{assignment_id}-", dir=_scratch_dir()))
             url = f"sqlite:///{folder / 'gradebook.db'}"
             generate(folder / "release", url, [assignment_id])
             with Gradebook(url) as gb:
@@ -146,7 +160,7 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
     result["max_points"] = _max_points(template, assignment_id)
     result["points"] = dict.fromkeys(result["max_points"], 0.0)
     notebooks = course.notebook_names(assignment_id)
-    with tempfile.TemporaryDirectory(prefix="unit-", dir=_scratch.name) as tmp:
+    with tempfile.TemporaryDirectory(prefix="unit-", dir=_scratch_dir()) as tmp:
         tmp = Path(tmp)
         ws = tmp / "course"
         try:
