@@ -5,6 +5,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUBMISSIONS ?= sample_class
 OUT ?= out/grading
+# make grade JOBS=N (default: one worker per core), SCHEDULER=tcp://host:8786 (a Dask
+# cluster), DB_URL=postgresql://... (the gradebook); see docs/deploying.md
+JOBS ?=
+SCHEDULER ?=
+DB_URL ?=
+GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
 
 .PHONY: demo test bench tamper-report lab release grade clean
 
@@ -16,7 +22,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP) release
-	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT)
+	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -25,6 +31,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/multi_head.py
+	$(BIN)/python bench/throughput.py
 
 # The tamper corpus graded by stock nbgrader and by ours, side by side.
 tamper-report: $(STAMP)
@@ -34,7 +41,7 @@ release: $(STAMP)
 	$(BIN)/course-grader release
 
 grade: $(STAMP)
-	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT)
+	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 from traitlets.config import Config  # noqa: E402
 
 from grader import course  # noqa: E402
-from grader.grade import Grader, _stage  # noqa: E402
+from grader.grade import Grader  # noqa: E402
+from grader.stage import stage  # noqa: E402
 from grader.release import generate, nbgrader_api  # noqa: E402
 
 ASSIGNMENT = "01_similarity"
@@ -43,7 +44,7 @@ def stock_grader(work: Path):
     config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     config.Execute.kernel_name = "python3"
     generate(work / "release", config.CourseDirectory.db_url, [ASSIGNMENT])
-    _stage(course.SAMPLE_CLASS / STUDENT / ASSIGNMENT, work / "submitted" / STUDENT / ASSIGNMENT,
+    stage(course.SAMPLE_CLASS / STUDENT / ASSIGNMENT, work / "submitted" / STUDENT / ASSIGNMENT,
            course.notebook_names(ASSIGNMENT), None)
     api = nbgrader_api(config)
 

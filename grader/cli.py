@@ -22,6 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timestamps", type=Path, metavar="CSV",
                        help="submission times you trust (student_id,assignment_id,timestamp), "
                             "e.g. exported from your LMS; needed for late penalties")
+    grade.add_argument("--jobs", type=int, metavar="N",
+                       help="submissions graded at once on this machine (default: the number of cores)")
+    grade.add_argument("--scheduler", metavar="ADDRESS",
+                       help="grade on the workers of this Dask scheduler (tcp://host:8786 or tls://...) "
+                            "instead of on this machine")
+    grade.add_argument("--db-url", metavar="URL",
+                       help="the gradebook, e.g. postgresql://grader@dbhost/course (default: "
+                            "nbgrader_config.py's c.CourseDirectory.db_url, else OUT/course/gradebook.db)")
     args = parser.parse_args(argv)
 
     if args.command == "release":
@@ -32,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from .grade import format_table, grade_class, read_timestamps
+    from .parallel import EngineUnavailable
 
     # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
     # without ids); the grade table is what the instructor needs to see.
@@ -48,7 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     duedates = dict(d.split("=", 1) for d in args.duedate)
     timestamps = read_timestamps(args.timestamps) if args.timestamps else None
-    rows = grade_class(args.submissions, args.out, duedates=duedates, timestamps=timestamps)
+    if args.jobs is not None and args.jobs < 1:
+        print(f"course-grader: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    try:
+        rows = grade_class(args.submissions, args.out, duedates=duedates, timestamps=timestamps,
+                           jobs=args.jobs, scheduler=args.scheduler, db_url=args.db_url)
+    except (EngineUnavailable, RuntimeError) as error:
+        print(f"course-grader: {error}", file=sys.stderr)
+        return 2
     print(format_table(rows))
     print(f"\ngrade table: {args.out / 'grades.csv'}")
     print(f"feedback:    {args.out / 'course' / 'feedback'}/<student_id>/<assignment_id>/<notebook>.html")

@@ -12,13 +12,18 @@ from nbgrader.coursedir import CourseDirectory
 from . import course
 
 
-def nbgrader_api(config) -> NbGraderAPI:
-    """An nbgrader API object whose course directory follows ``config``."""
-    # nbgrader runs the `alembic` command and starts kernels by name: both must come
-    # from this environment even when it is not activated (`.venv/bin/course-grader`).
+def use_this_environment() -> None:
+    """Put this environment's bin/ first on PATH: nbgrader runs the `alembic` command
+    (when it creates a gradebook) and starts kernels by name, and both must come from
+    this environment even when it is not activated (`.venv/bin/course-grader`)."""
     bin_dir = os.path.dirname(sys.executable)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def nbgrader_api(config) -> NbGraderAPI:
+    """An nbgrader API object whose course directory follows ``config``."""
+    use_this_environment()
     return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
 
 

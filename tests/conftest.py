@@ -23,7 +23,8 @@ def graded_class(tmp_path_factory) -> dict:
     """One batch, graded once, as an instructor would: the sample class, the solution and
     the untouched release notebook as two more students, a student with no assignment
     folder, the tamper corpus and the malformed-input corpus (tests/corpora/), with a due
-    date and a trusted submission time for the one student who forged a timestamp."""
+    date and a trusted submission time for the one student who forged a timestamp.
+    Two local Dask workers grade it, as `make grade JOBS=2` would."""
     from grader.grade import grade_class
     from tests.corpora import malformed, tamper
 
@@ -40,7 +41,7 @@ def graded_class(tmp_path_factory) -> dict:
                    "malformed": malformed.build(submissions)}
         malformed.materialize_huge(submissions)
         before = _digest(submissions)
-        rows = grade_class(submissions, root / "out", progress=False,
+        rows = grade_class(submissions, root / "out", progress=False, jobs=2,
                            duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
                            timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})
     return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "out",
