@@ -6,21 +6,33 @@ with the diagnosis each must get (MISTAKES) and valid alternatives that must pas
 
     globals().update(shared_tests("masking", MISTAKES, VARIANTS, solutions="masking"))
 
-where ``solutions`` names the module's fixture holding the reference functions.
+where ``solutions`` names the module's fixture holding the reference functions, and
+``seeds=N`` adds a test that every verdict holds for N student seeds (the inputs each
+student gets while graded), not only for the public one.
 """
 from __future__ import annotations
 
 import pytest
 
+from coursekit.probe import collect
 from grader.checks import CheckFailed, check, exercise_ids
+from grader.checks._core import get, questions, verdict
+from grader.wire import decode_payload
 
 
 def _ids(x: object) -> str:
     return x if isinstance(x, str) else ""
 
 
-def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str) -> dict:
-    """The four shared test functions, by name, for one topic."""
+def _verdict_for_seed(exercise: str, fn: object, seed: int) -> str | None:
+    """What grading says of ``fn`` when the student's seed is ``seed`` (in process, no kernel)."""
+    asked = questions(exercise, seed)
+    payload = collect(exercise, fn, [q.call() for q in asked], get(exercise).driver)
+    return verdict(exercise, seed, decode_payload(payload, exercise))
+
+
+def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str, seeds: int = 0) -> dict:
+    """The shared test functions, by name, for one topic."""
 
     def test_every_exercise_has_cases():
         assert set(mistakes) == set(variants) == set(exercise_ids(topic))
@@ -44,5 +56,20 @@ def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str) -> 
         for exercise in exercise_ids(topic):
             check(exercise, namespace[exercise.split("-", 1)[1]])
 
-    return {f.__name__: f for f in (test_every_exercise_has_cases, test_mistake_is_rejected_with_its_diagnosis,
-                                    test_valid_variant_passes, test_reference_solutions_pass)}
+    @pytest.mark.parametrize("seed", range(seeds))
+    def test_variants_pass_and_mistakes_fail_for_many_student_seeds(seed):
+        """While grading, each student gets other inputs: the verdicts must not depend on them."""
+        for exercise, cases in variants.items():
+            for fn in cases:
+                message = _verdict_for_seed(exercise, fn, seed)
+                assert message is None, (exercise, fn, message)
+        for exercise, cases in mistakes.items():
+            for fn, diagnosis in cases:
+                message = _verdict_for_seed(exercise, fn, seed)
+                assert message and diagnosis in message, (exercise, diagnosis, message)
+
+    tests = [test_every_exercise_has_cases, test_mistake_is_rejected_with_its_diagnosis,
+             test_valid_variant_passes, test_reference_solutions_pass]
+    if seeds:
+        tests.append(test_variants_pass_and_mistakes_fail_for_many_student_seeds)
+    return {f.__name__: f for f in tests}

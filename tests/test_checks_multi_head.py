@@ -471,7 +471,7 @@ VARIANTS = {
 }
 
 
-globals().update(shared_tests("multi_head", MISTAKES, VARIANTS, solutions="multi_head_notebook"))
+globals().update(shared_tests("multi_head", MISTAKES, VARIANTS, solutions="multi_head_notebook", seeds=40))
 
 
 def test_reference_module_matches_torch(multi_head_notebook):
@@ -492,24 +492,3 @@ def test_reference_module_matches_torch(multi_head_notebook):
             ref, ref_w = theirs(x, memory, memory, key_padding_mask=None if mask is None else ~mask)
             torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
             torch.testing.assert_close(w.mean(1), ref_w, rtol=0, atol=1e-5)
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_variants_pass_and_mistakes_fail_for_many_student_seeds(seed):
-    """While grading, each student gets other inputs: the verdicts must not depend on them."""
-    from coursekit.probe import collect
-    from grader.checks._core import get, questions, verdict
-    from grader.wire import decode_payload
-
-    def run(exercise, fn):
-        asked = questions(exercise, seed)
-        payload = collect(exercise, fn, [q.call() for q in asked], get(exercise).driver)
-        return verdict(exercise, seed, decode_payload(payload, exercise))
-
-    for exercise, cases in VARIANTS.items():
-        for fn in cases:
-            assert run(exercise, fn) is None, (exercise, fn, run(exercise, fn))
-    for exercise, cases in MISTAKES.items():
-        for fn, diagnosis in cases:
-            message = run(exercise, fn)
-            assert message and diagnosis in message, (exercise, diagnosis, message)

@@ -350,7 +350,7 @@ VARIANTS = {
 }
 
 
-globals().update(shared_tests("softmax", MISTAKES, VARIANTS, solutions="softmax_notebook"))
+globals().update(shared_tests("softmax", MISTAKES, VARIANTS, solutions="softmax_notebook", seeds=40))
 
 
 def test_reference_attention_matches_pytorch(softmax_notebook):
@@ -374,24 +374,3 @@ def test_checks_do_not_trust_inputs_changed_in_place():
         x /= x.sum(axis=axis, keepdims=True)
         return x
     check("softmax-stable_softmax", in_place)
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_variants_pass_and_mistakes_fail_for_many_student_seeds(seed):
-    """While grading, each student gets other inputs: the verdicts must not depend on them."""
-    from grader.checks._core import questions, verdict
-    from coursekit.probe import collect
-    from grader.wire import decode_payload
-
-    def run(exercise, fn):
-        asked = questions(exercise, seed)
-        answers = decode_payload(collect(exercise, fn, [q.call() for q in asked]), exercise)
-        return verdict(exercise, seed, answers)
-
-    for exercise, cases in VARIANTS.items():
-        for fn in cases:
-            assert run(exercise, fn) is None, (exercise, fn, run(exercise, fn))
-    for exercise, cases in MISTAKES.items():
-        for fn, diagnosis in cases:
-            message = run(exercise, fn)
-            assert message and diagnosis in message, (exercise, diagnosis, message)
