@@ -22,12 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from traitlets.config import Config  # noqa: E402
-
 from grader import course  # noqa: E402
 from grader.grade import Grader  # noqa: E402
-from grader.stage import stage  # noqa: E402
-from grader.release import generate, nbgrader_api  # noqa: E402
+from bench.stock import grade_one, stock_workspace  # noqa: E402
 
 ASSIGNMENT = "01_similarity"
 STUDENT = "ada"
@@ -35,25 +32,8 @@ STUDENT = "ada"
 
 def stock_grader(work: Path):
     """nbgrader's defaults, pointed at a workspace: returns a function grading once."""
-    work.mkdir(parents=True)
-    config = Config()
-    config.CourseDirectory.root = str(course.ROOT)
-    config.CourseDirectory.source_directory = str(course.SOLUTIONS)
-    for step in ("release", "submitted", "autograded", "feedback"):
-        setattr(config.CourseDirectory, f"{step}_directory", str(work / step))
-    config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
-    config.Execute.kernel_name = "python3"
-    generate(work / "release", config.CourseDirectory.db_url, [ASSIGNMENT])
-    stage(course.SAMPLE_CLASS / STUDENT / ASSIGNMENT, work / "submitted" / STUDENT / ASSIGNMENT,
-           course.notebook_names(ASSIGNMENT), None)
-    api = nbgrader_api(config)
-
-    def grade() -> None:
-        result = api.autograde(ASSIGNMENT, STUDENT, force=True, create=True)
-        assert result["success"], result.get("log")
-        api.generate_feedback(ASSIGNMENT, STUDENT, force=True)
-
-    return grade
+    api = stock_workspace(work, ASSIGNMENT, {STUDENT: course.SAMPLE_CLASS / STUDENT / ASSIGNMENT})
+    return lambda: grade_one(api, ASSIGNMENT, STUDENT)
 
 
 def ours_grader(work: Path):

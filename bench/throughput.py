@@ -35,12 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
-from traitlets.config import Config  # noqa: E402
 
 from grader import course  # noqa: E402
 from grader.grade import grade_class  # noqa: E402
-from grader.release import generate, nbgrader_api  # noqa: E402
-from grader.stage import stage  # noqa: E402
+from bench.stock import grade_one, stock_workspace  # noqa: E402
 
 ASSIGNMENT = "01_similarity"
 QUICK = ["ada", "ben", "chloe", "dev", "emma", "femi", "hana", "jo", "kai"]  # not gus (timeout), ivan (bad JSON)
@@ -124,25 +122,10 @@ def _descendants(p: psutil.Process) -> list[psutil.Process]:
 
 def stock(class_dir: Path, work: Path, students: list[str]) -> float:
     """Seconds for stock nbgrader to autograde and give feedback to every student."""
-    work.mkdir(parents=True)
-    config = Config()
-    config.CourseDirectory.root = str(course.ROOT)
-    config.CourseDirectory.source_directory = str(course.SOLUTIONS)
-    for step in ("release", "submitted", "autograded", "feedback"):
-        setattr(config.CourseDirectory, f"{step}_directory", str(work / step))
-    config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
-    config.Execute.kernel_name = "python3"
-    config.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
-    generate(work / "release", config.CourseDirectory.db_url, [ASSIGNMENT])
-    for student in students:  # the same staging as ours, so stock finds renamed notebooks too
-        stage(class_dir / student / ASSIGNMENT, work / "submitted" / student / ASSIGNMENT,
-              course.notebook_names(ASSIGNMENT), None)
-    api = nbgrader_api(config)
+    api = stock_workspace(work, ASSIGNMENT, {s: class_dir / s / ASSIGNMENT for s in students})
     start = time.perf_counter()
     for student in students:
-        result = api.autograde(ASSIGNMENT, student, force=True, create=True)
-        assert result["success"], result.get("log")
-        api.generate_feedback(ASSIGNMENT, student, force=True)
+        grade_one(api, ASSIGNMENT, student)
     return time.perf_counter() - start
 
 

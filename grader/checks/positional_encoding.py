@@ -125,8 +125,8 @@ def _judge_gap(got: object, x: np.ndarray, order: np.ndarray, pe: np.ndarray | N
     name = "order_gap"
     n = x.shape[0]
     _raised(got, name, {
-        "broadcast": (f"pe has max_len rows, more than the sentence's seq_len: add only the first "
-                      f"seq_len rows, pe[:seq_len] (seq_len = x.shape[0])"),
+        "broadcast": ("pe has max_len rows, more than the sentence's seq_len: add only the first "
+                      "seq_len rows, pe[:seq_len] (seq_len = x.shape[0])"),
         "unsupported operand": "pe may be None: add positions only `if pe is not None:`",
         "NoneType": "pe may be None: add positions only `if pe is not None:`",
         "truth value": "Test for a missing table with `if pe is not None:`, not `if pe:`",
@@ -153,7 +153,7 @@ def _judge_gap(got: object, x: np.ndarray, order: np.ndarray, pe: np.ndarray | N
         judge(answer, expected, what, mistakes, hints=[lambda a: (
             "with pe=None the gap should be 0 (up to rounding): without positions, self-attention is "
             "permutation-equivariant, so each word gets the same output in both sentences. Compare "
-            f"self_attention(x[order]) with self_attention(x)[order]")])
+            "self_attention(x[order]) with self_attention(x)[order]")])
         return
     mistakes += [
         ("the gap is 0 although positions were given: either pe is ignored, or the positions were "
@@ -340,7 +340,7 @@ def _judge_shift(got: object, k: int, d_model: int, what: str) -> None:
     answer = to_array(got, what)
     expected = _shift(k, d_model)
     mistakes = [
-        (f"it is the shift by -k: each 2 x 2 block is transposed. The block of frequency w is "
+        ("it is the shift by -k: each 2 x 2 block is transposed. The block of frequency w is "
          "[[cos(w k), sin(w k)], [-sin(w k), cos(w k)]] acting on (sin, cos): from sin(a + b) = "
          "sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b", _shift(k, d_model, transpose=True)),
         ("it ignores k: it is the shift by one position; use the angle w * k", _shift(1, d_model)),
@@ -434,7 +434,7 @@ def _judge_dots(got: object, offsets: np.ndarray, d_model: int, what: str) -> No
 
     def at_zero(a: np.ndarray) -> str | None:
         if a.shape == offsets.shape and not np.allclose(a[offsets == 0], d_model / 2, atol=1e-4):
-            return (f"at offset 0 the dot product is |PE(p)|^2 = d_model / 2 (each pair gives "
+            return ("at offset 0 the dot product is |PE(p)|^2 = d_model / 2 (each pair gives "
                     "sin^2 + cos^2 = 1): sum cos(w_i * offset) over the d_model / 2 pairs")
         return None
 
