@@ -93,3 +93,26 @@ def test_validate_button_flags_the_student_version_and_passes_a_finished_one():
     assert len(untouched["failed"]) == 4
     finished = validator.validate(str(course.SAMPLE_CLASS / "ada" / "01_similarity" / "01_similarity.ipynb"))
     assert not finished.get("failed") and not finished.get("changed")
+
+
+def test_new_gradebooks_get_nbgrader_s_alembic_revision(tmp_path):
+    """grader.release answers nbgrader's revision question in process; it must be the
+    revision nbgrader's own `alembic heads` command gives (the one upgrades start from)."""
+    import os
+    import subprocess
+    import sys
+
+    from nbgrader.api import Gradebook
+    from nbgrader.dbutil import _temp_alembic_ini
+    from sqlalchemy import create_engine, text
+
+    import grader.release  # noqa: F401 - installs the in-process revision lookup
+
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    with _temp_alembic_ini(f"sqlite:///{tmp_path / 'x.db'}") as ini:
+        heads = subprocess.check_output(["alembic", "-c", ini, "heads"], env=env).decode().split()[0]
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url):
+        pass
+    with create_engine(url).connect() as db:
+        assert db.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == heads
