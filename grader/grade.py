@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
-from .release import generate, use_this_environment
+from .release import generate
 from .unit import Settings, course_version, grade_submission
 from .verify import CourseSecret
 
@@ -94,7 +94,6 @@ def _check_gradebook(db_url: str) -> None:
     except ArgumentError:
         raise RuntimeError("the gradebook URL is not a database URL "
                            "(e.g. postgresql://grader@dbhost/course)") from None
-    use_this_environment()
     try:
         with Gradebook(db_url):
             pass
