@@ -273,6 +273,26 @@ DRIVERS = {"tensors": _drive_tensors, "attention_module": _drive_attention_modul
            "weight_loader": _drive_weight_loader}
 
 
+def get_driver(name: str) -> Any:
+    """The driver called ``name``: a key of ``DRIVERS``, or ``"<topic>.<function>"`` naming a
+    function in ``coursekit/drivers/<topic>.py`` (one module per notebook that needs drivers).
+
+    Raises LookupError for a name that is neither.
+    """
+    if name in DRIVERS:
+        return DRIVERS[name]
+    topic, _, function = name.partition(".")
+    if topic.isidentifier() and function.isidentifier():
+        import importlib
+        try:
+            module = importlib.import_module(f"coursekit.drivers.{topic}")
+        except ModuleNotFoundError:
+            module = None
+        if module is not None and callable(getattr(module, function, None)):
+            return getattr(module, function)
+    raise LookupError(f"unknown driver {name!r}: update the course package")
+
+
 def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = None) -> dict:
     """Call ``fn`` on each question's ``(args, kwargs)``; the payload handed to the grader.
 
@@ -285,10 +305,9 @@ def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = Non
             if driver is None:
                 result = call(fn, args, kwargs)
             else:
-                if driver not in DRIVERS:
-                    raise LookupError(f"unknown driver {driver!r}: update the course package")
+                drive = get_driver(driver)
                 a = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args]
-                result = DRIVERS[driver](fn)(*a, **kwargs)
+                result = drive(fn)(*a, **kwargs)
             answers.append({"value": encode_value(result)})
         except Exception as error:  # the learner's code may raise anything
             answers.append({"raised": _short(error)})

@@ -193,3 +193,10 @@ def test_ask_questions_passes_the_driver_to_the_kernel(tmp_path, monkeypatch):
     (payload,) = [d[probe.MIME] for d in shown]
     seed = resources["attention_course"]["seeds"][MODULE]
     assert verdict(MODULE, seed, decode_payload(payload, MODULE)) is None
+
+
+def test_drivers_are_found_by_name_or_by_notebook_module():
+    assert probe.get_driver("tensors") is probe.DRIVERS["tensors"]
+    for name in ("no_such_driver", "encoder.no_such_function", "no_such_topic.run", "../x.y"):
+        with pytest.raises(LookupError, match="unknown driver"):
+            probe.get_driver(name)

@@ -72,7 +72,7 @@ class Exercise:
     id: str
     function: str  # the name the learner's function has in the notebook, for messages
     questions: Callable[[np.random.Generator], list[Question]]
-    driver: str | None = None  # a key of coursekit.probe.DRIVERS: how to call a class or loader
+    driver: str | None = None  # coursekit.probe.get_driver(driver): how to call a class or loader
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -81,12 +81,15 @@ _REGISTRY: dict[str, Exercise] = {}
 def exercise(exercise_id: str, function: str, driver: str | None = None):
     """Register the decorated ``questions(rng)`` as the check of ``exercise_id``.
 
-    ``driver`` names the kernel-side harness (``coursekit.probe.DRIVERS``) that turns the
+    ``driver`` names the kernel-side harness (``coursekit.probe.get_driver``) that turns the
     learner's object, a class or a weight loader, into a function of plain data; the
     questions' arguments are then that function's.
     """
-    if driver is not None and driver not in probe.DRIVERS:
-        raise ValueError(f"{exercise_id}: unknown driver {driver!r}")
+    if driver is not None:
+        try:
+            probe.get_driver(driver)
+        except LookupError as error:
+            raise ValueError(f"{exercise_id}: {error}") from None
 
     def register(questions: Callable[[np.random.Generator], list[Question]]):
         if exercise_id in _REGISTRY:

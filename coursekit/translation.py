@@ -1,0 +1,397 @@
+"""Toy English -> Korean translation task, generated in code (nothing is downloaded).
+
+Grammar (English side)
+----------------------
+    S      -> NP_subj VP_main NP_obj                 transitive main clause (SVO)
+            | "there" EXIST NP_a                      existential clause
+    NP     -> "the" [ADJ] N [REL]                     REL only on main-clause NPs (depth 1)
+    NP_a   -> "a"/"an" [ADJ] N [REL]                  (existential NP; "no" if negated)
+    REL    -> "that" V_rel NP_inner                   subject gap: "the cat that chased the dog"
+            | "that" NP_inner V_rel                   object gap:  "the cat that the dog chased"
+    NP_inner -> "the" [ADJ] N                         (no nested relative clauses)
+    VP_main  -> past "ate" | present "eats" | future "will eat"
+              | negated, long form : "did not eat" | "does not eat" | "will not eat"
+              | negated, short form: "didn't eat"  | "doesn't eat"  | "won't eat"
+    V_rel  -> "ate" | "eats" | "will eat"             (tense only, never negated)
+    EXIST  -> "was" | "is" | "will be"                with optional "no" for negation
+              ("there was no cat", "there is a cat", "there will be no cat")
+
+Translation rules (Korean side, morpheme tokens; particles are separate tokens)
+------------------------------------------------------------------------------
+* Word order is SOV; a relative clause and an adjective come *before* the noun,
+  relative clause first:  "개가 본 큰 고양이".
+* Particles depend on the noun's last syllable: it has a final consonant (받침) iff
+  (ord(c) - 0xAC00) % 28 != 0.  With 받침 -> 은 / 이 / 을, without -> 는 / 가 / 를.
+    - main-clause subject of a transitive sentence: topic 은/는
+    - subject inside a relative clause and subject of an existential: 이/가
+      (a topic marker is not allowed inside a relative clause)
+    - every object (main or inside a relative clause): 을/를
+* Tense endings (finite): past 먹었다, present 먹는다, future 먹을 것이다.
+  Relative (관형형) forms: past 먹은, present 먹는, future 먹을.
+* Negation: the English long form ("did not") -> long Korean negation -지 않다
+  (먹지 않았다 / 먹지 않는다 / 먹지 않을 것이다); the English contraction ("didn't")
+  -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).
+* Existential: 있었다 / 있다 / 있을 것이다, negated 없었다 / 없다 / 없을 것이다.
+* Adjectives are given in 관형형 form: 큰, 작은, 빨간, 하얀, 검은, 예쁜, 어린, 배고픈.
+
+Splits
+------
+Some combinations are *held out of training entirely* (``COMPOSITIONAL``):
+  - two nouns (one with 받침, one without) never occur as an object (neither in the
+    main clause nor inside a relative clause) -> the model never emits "말 을" or
+    "새 를" in training, but does see 말/새 as subjects, topics, existentials;
+  - a few adjective-noun pairs never occur together.
+``make_splits`` returns train / held-out / compositional lists of (src, tgt) token
+lists.  Held-out sentences contain no held-out combination and are not in training;
+compositional sentences contain at least one held-out combination (so they cannot be
+in training).  Both properties are asserted.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- lexicon
+# English noun -> Korean noun
+NOUNS = {
+    "cat": "고양이", "dog": "개", "fish": "생선", "apple": "사과", "boy": "소년",
+    "girl": "소녀", "teacher": "선생님", "student": "학생", "book": "책", "bird": "새",
+    "bear": "곰", "horse": "말", "doctor": "의사", "bread": "빵", "milk": "우유",
+    "friend": "친구",
+}
+# English adjective -> Korean adnominal (관형형) form
+ADJS = {
+    "big": "큰", "small": "작은", "red": "빨간", "white": "하얀", "black": "검은",
+    "pretty": "예쁜", "young": "어린", "hungry": "배고픈",
+}
+# verb: English (base, 3sg present, past), Korean finite (past, present, future stem),
+# relative (past, present, future), -지 stem.  Future finite = future stem + "것이다".
+VERBS = {
+    "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       "먹지"),
+    "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           "보지"),
+    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아한", "좋아하는", "좋아할"), "좋아하지"),
+    "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       "잡지"),
+    "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       "쫓지"),
+    "find":  (("find", "finds", "found"),     ("찾았다", "찾는다", "찾을"),       ("찾은", "찾는", "찾을"),       "찾지"),
+    "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       "돕지"),
+    "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     "만들지"),
+}
+TENSES = ("past", "present", "future")
+NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}  # + 것이다 for future
+EXIST_KO = {False: ("있었다", "있다", "있을"), True: ("없었다", "없다", "없을")}
+PARTICLES = {"topic": ("은", "는"), "subj": ("이", "가"), "obj": ("을", "를")}
+
+# held-out combinations (never in training)
+HELDOUT_OBJECT_NOUNS = ("horse", "bird")          # 말 (받침) -> 을, 새 (no 받침) -> 를
+HELDOUT_ADJ_NOUN = (("red", "cat"), ("big", "fish"), ("small", "teacher"),
+                    ("white", "horse"), ("hungry", "bear"), ("pretty", "book"))
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = [PAD, BOS, EOS, UNK]
+
+
+def has_batchim(word: str) -> bool:
+    """True if the last Hangul syllable of `word` has a final consonant (받침)."""
+    c = word[-1]
+    assert 0xAC00 <= ord(c) <= 0xD7A3, f"not a Hangul syllable: {c!r}"
+    return (ord(c) - 0xAC00) % 28 != 0
+
+
+def particle(noun_ko: str, role: str) -> str:
+    with_b, without_b = PARTICLES[role]
+    return with_b if has_batchim(noun_ko) else without_b
+
+
+# ---------------------------------------------------------------- sentence trees
+@dataclass(frozen=True)
+class NP:
+    noun: str
+    adj: str | None = None
+    rel: "Rel | None" = None          # relative clause modifying this NP
+
+
+@dataclass(frozen=True)
+class Rel:
+    verb: str
+    tense: str
+    gap: str                          # "subj": "that chased the dog"; "obj": "that the dog chased"
+    other: NP                         # the NP inside the clause (object or subject)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    kind: str                         # "trans" or "exist"
+    tense: str
+    neg: str | None                   # None, "long", "short" ("short" only for trans)
+    subj: NP                          # for "exist": the existing NP
+    verb: str | None = None
+    obj: NP | None = None
+
+
+# ---------------------------------------------------------------- English rendering
+def en_verb(verb: str, tense: str, neg: str | None = None) -> list[str]:
+    base, s3, past = VERBS[verb][0]
+    if neg is None:
+        return {"past": [past], "present": [s3], "future": ["will", base]}[tense]
+    if neg == "long":
+        return {"past": ["did", "not"], "present": ["does", "not"], "future": ["will", "not"]}[tense] + [base]
+    return {"past": ["didn't"], "present": ["doesn't"], "future": ["won't"]}[tense] + [base]
+
+
+def en_np(np_: NP, det: str = "the") -> list[str]:
+    words = ([np_.adj] if np_.adj else []) + [np_.noun]
+    if det == "a" and words[0][0] in "aeiou":
+        det = "an"
+    out = [det] + words
+    if np_.rel is not None:
+        r = np_.rel
+        if r.gap == "subj":
+            out += ["that"] + en_verb(r.verb, r.tense) + en_np(r.other)
+        else:
+            out += ["that"] + en_np(r.other) + en_verb(r.verb, r.tense)
+    return out
+
+
+def to_english(s: Sentence) -> list[str]:
+    if s.kind == "exist":
+        be = {"past": ["was"], "present": ["is"], "future": ["will", "be"]}[s.tense]
+        det = ["no"] if s.neg else ["a"]
+        np_tokens = en_np(s.subj, det=det[0])
+        return ["there"] + be + np_tokens
+    return en_np(s.subj) + en_verb(s.verb, s.tense, s.neg) + en_np(s.obj)
+
+
+# ---------------------------------------------------------------- Korean rendering
+def ko_np(np_: NP, role: str) -> list[str]:
+    """Korean tokens of an NP followed by its particle (role: topic / subj / obj)."""
+    out: list[str] = []
+    if np_.rel is not None:
+        r = np_.rel
+        rel_form = VERBS[r.verb][2][TENSES.index(r.tense)]
+        inner_role = "obj" if r.gap == "subj" else "subj"
+        out += ko_np(r.other, inner_role) + [rel_form]
+    if np_.adj:
+        out.append(ADJS[np_.adj])
+    noun_ko = NOUNS[np_.noun]
+    return out + [noun_ko, particle(noun_ko, role)]
+
+
+def ko_verb(verb: str, tense: str, neg: str | None) -> list[str]:
+    t = TENSES.index(tense)
+    finite = VERBS[verb][1][t]
+    fut = ["것이다"] if tense == "future" else []
+    if neg is None:
+        return [finite] + fut
+    if neg == "short":
+        return ["안", finite] + fut
+    return [VERBS[verb][3], NEG_FINITE[tense]] + fut
+
+
+def to_korean(s: Sentence) -> list[str]:
+    if s.kind == "exist":
+        fut = ["것이다"] if s.tense == "future" else []
+        return ko_np(s.subj, "subj") + [EXIST_KO[bool(s.neg)][TENSES.index(s.tense)]] + fut
+    return ko_np(s.subj, "topic") + ko_np(s.obj, "obj") + ko_verb(s.verb, s.tense, s.neg)
+
+
+def detokenize_ko(tokens: list[str]) -> str:
+    """Join particles to the preceding noun: ['개', '가', '본'] -> '개가 본'."""
+    out: list[str] = []
+    all_particles = {p for pair in PARTICLES.values() for p in pair}
+    for i, tok in enumerate(tokens):
+        # a particle always follows a noun; '이' can only be a particle here
+        if tok in all_particles and out and tokens[i - 1] in NOUNS.values():
+            out[-1] += tok
+        else:
+            out.append(tok)
+    return " ".join(out)
+
+
+# ---------------------------------------------------------------- sampling
+@dataclass
+class GrammarConfig:
+    p_adj: float = 0.35        # probability that an NP has an adjective
+    p_rel: float = 0.3         # probability that a main-clause NP has a relative clause
+    max_rel: int = 2           # at most this many relative clauses per sentence
+    p_exist: float = 0.15      # probability of an existential sentence
+    p_neg: float = 0.4         # probability of negation (split evenly long/short)
+
+
+def _sample_np(rng: random.Random, cfg: GrammarConfig, allow_rel: bool) -> NP:
+    noun = rng.choice(list(NOUNS))
+    adj = rng.choice(list(ADJS)) if rng.random() < cfg.p_adj else None
+    rel = None
+    if allow_rel and rng.random() < cfg.p_rel:
+        rel = Rel(verb=rng.choice(list(VERBS)), tense=rng.choice(TENSES),
+                  gap=rng.choice(("subj", "obj")), other=_sample_np(rng, cfg, False))
+    return NP(noun, adj, rel)
+
+
+def sample_sentence(rng: random.Random, cfg: GrammarConfig = GrammarConfig()) -> Sentence:
+    tense = rng.choice(TENSES)
+    if rng.random() < cfg.p_exist:
+        neg = "long" if rng.random() < cfg.p_neg else None
+        return Sentence("exist", tense, neg, _sample_np(rng, cfg, cfg.max_rel > 0))
+    neg = None
+    if rng.random() < cfg.p_neg:
+        neg = rng.choice(("long", "short"))
+    subj = _sample_np(rng, cfg, cfg.max_rel > 0)
+    obj = _sample_np(rng, cfg, cfg.max_rel > 1 or (cfg.max_rel == 1 and subj.rel is None))
+    return Sentence("trans", tense, neg, subj, rng.choice(list(VERBS)), obj)
+
+
+# ---------------------------------------------------------------- held-out combinations
+def _nps(s: Sentence):
+    """Yield (NP, role) for every NP, role in {topic, subj, obj}."""
+    def walk(np_, role):
+        yield np_, role
+        if np_.rel is not None:
+            yield from walk(np_.rel.other, "obj" if np_.rel.gap == "subj" else "subj")
+    if s.kind == "exist":
+        yield from walk(s.subj, "subj")
+    else:
+        yield from walk(s.subj, "topic")
+        yield from walk(s.obj, "obj")
+
+
+def heldout_combos(s: Sentence) -> set[str]:
+    """Names of the held-out combinations this sentence contains (empty = trainable)."""
+    found = set()
+    for np_, role in _nps(s):
+        if role == "obj" and np_.noun in HELDOUT_OBJECT_NOUNS:
+            found.add(f"obj:{np_.noun}")
+        if (np_.adj, np_.noun) in HELDOUT_ADJ_NOUN:
+            found.add(f"adj:{np_.adj}+{np_.noun}")
+    return found
+
+
+def n_rel(s: Sentence) -> int:
+    return sum(1 for np_, _ in _nps(s) if np_.rel is not None)
+
+
+# ---------------------------------------------------------------- vocab / splits
+class Vocab:
+    def __init__(self, tokens):
+        self.itos = SPECIALS + sorted(set(tokens) - set(SPECIALS))
+        self.stoi = {t: i for i, t in enumerate(self.itos)}
+
+    def __len__(self):
+        return len(self.itos)
+
+    def encode(self, toks):
+        return [self.stoi.get(t, self.stoi[UNK]) for t in toks]
+
+    def decode(self, ids):
+        out = []
+        for i in ids:
+            t = self.itos[i]
+            if t == EOS:
+                break
+            if t not in (PAD, BOS):
+                out.append(t)
+        return out
+
+
+def build_vocabs() -> tuple[Vocab, Vocab]:
+    """Vocabularies from the lexicon (complete by construction, independent of data)."""
+    en = {"the", "a", "an", "no", "that", "there", "was", "is", "will", "be", "did", "does",
+          "not", "didn't", "doesn't", "won't"} | set(NOUNS) | set(ADJS)
+    ko = set(NOUNS.values()) | set(ADJS.values()) | {"안", "것이다"} | set(NEG_FINITE.values())
+    ko |= {p for pair in PARTICLES.values() for p in pair}
+    ko |= {w for forms in EXIST_KO.values() for w in forms}
+    for v, (en_forms, fin, rel, ji) in VERBS.items():
+        en |= set(en_forms)
+        ko |= set(fin) | set(rel) | {ji}
+    return Vocab(en), Vocab(ko)
+
+
+def make_splits(n_train: int = 20000, n_heldout: int = 1000, n_comp: int = 1000,
+                seed: int = 0, cfg: GrammarConfig = GrammarConfig(),
+                max_src_len: int | None = None):
+    """Return dict with 'train', 'heldout', 'comp' lists of (en_tokens, ko_tokens).
+
+    Training sentences are unique and contain no held-out combination; held-out
+    sentences are unique, disjoint from training, and contain no held-out combination;
+    compositional sentences are unique and contain >= 1 held-out combination.
+    """
+    rng = random.Random(seed)
+    train, held, comp, comp_kind = {}, {}, {}, {}
+    guard = 0
+    while len(train) < n_train or len(held) < n_heldout or len(comp) < n_comp:
+        guard += 1
+        assert guard < 100 * (n_train + n_heldout + n_comp), "sampling did not converge"
+        s = sample_sentence(rng, cfg)
+        en = tuple(to_english(s))
+        if max_src_len is not None and len(en) > max_src_len:
+            continue
+        combos = heldout_combos(s)
+        if combos:
+            # balance: half the compositional set has a held-out object noun,
+            # half only held-out adjective-noun pairs
+            kind = "obj" if any(c.startswith("obj:") for c in combos) else "adj"
+            if en not in comp and sum(t == kind for t in comp_kind.values()) < (n_comp + (kind == "obj")) // 2:
+                comp[en] = tuple(to_korean(s))
+                comp_kind[en] = kind
+            continue
+        if en in train or en in held:
+            continue
+        # fill training first in proportion so held-out is an i.i.d. sample
+        if len(held) < n_heldout and (len(train) >= n_train or rng.random() < n_heldout / (n_train + n_heldout)):
+            held[en] = tuple(to_korean(s))
+        elif len(train) < n_train:
+            train[en] = tuple(to_korean(s))
+    # checks: disjointness and no held-out combination in training
+    assert not (set(train) & set(held)) and not (set(train) & set(comp)) and not (set(held) & set(comp))
+    ko_train = " ".join(" ".join(k) for k in train.values())
+    for n in HELDOUT_OBJECT_NOUNS:        # the Korean object "말 을" / "새 를" never emitted
+        ko = NOUNS[n]
+        assert f" {ko} {particle(ko, 'obj')} " not in f" {ko_train} "
+    as_list = lambda d: [(list(k), list(v)) for k, v in d.items()]
+    return {"train": as_list(train), "heldout": as_list(held), "comp": as_list(comp),
+            "comp_kind": [comp_kind[k] for k in comp]}
+
+
+# ---------------------------------------------------------------- demo
+EXAMPLES = [
+    # (description, Sentence)
+    ("simple past", Sentence("trans", "past", None, NP("cat"), "eat", NP("fish"))),
+    ("future", Sentence("trans", "future", None, NP("boy"), "make", NP("bread"))),
+    ("long negation past (-지 않았다)", Sentence("trans", "past", "long", NP("dog"), "chase", NP("bear"))),
+    ("short negation present (안)", Sentence("trans", "present", "short", NP("girl"), "like", NP("milk"))),
+    ("short negation future", Sentence("trans", "future", "short", NP("doctor"), "find", NP("book"))),
+    ("long negation future", Sentence("trans", "future", "long", NP("friend"), "catch", NP("apple"))),
+    ("adjectives", Sentence("trans", "past", None, NP("cat", "big"), "see", NP("bird", "red"))),
+    ("object-gap relative on subject (the brief's example)",
+     Sentence("trans", "past", None, NP("cat", None, Rel("see", "past", "obj", NP("dog"))), "eat", NP("fish"))),
+    ("subject-gap relative on object",
+     Sentence("trans", "present", None, NP("boy"), "like", NP("dog", None, Rel("chase", "past", "subj", NP("cat", "black"))))),
+    ("relative future + adjective",
+     Sentence("trans", "past", "short", NP("girl", "young", Rel("help", "future", "obj", NP("teacher"))), "find", NP("apple", "red"))),
+    ("two relative clauses",
+     Sentence("trans", "future", None, NP("bear", "hungry", Rel("find", "present", "subj", NP("fish"))), "catch",
+              NP("horse", None, Rel("eat", "past", "subj", NP("apple", "small"))))),
+    ("existential present", Sentence("exist", "present", None, NP("bird", "white"))),
+    ("existential negated past", Sentence("exist", "past", "long", NP("book"))),
+    ("existential, 'an'", Sentence("exist", "past", None, NP("apple"))),
+    ("existential future + relative",
+     Sentence("exist", "future", None, NP("student", None, Rel("see", "present", "obj", NP("doctor", "pretty"))))),
+]
+
+if __name__ == "__main__":
+    for i, (desc, s) in enumerate(EXAMPLES, 1):
+        print(f"{i:2d}. [{desc}]")
+        print("    EN:", " ".join(to_english(s)))
+        print("    KO:", detokenize_ko(to_korean(s)), "   tokens:", " ".join(to_korean(s)))
+    en_v, ko_v = build_vocabs()
+    print(f"\nvocab sizes: en={len(en_v)} ko={len(ko_v)} (incl. {len(SPECIALS)} specials)")
+    sp = make_splits(n_train=20000, seed=0)
+    for k, v in sp.items():
+        if k == "comp_kind":
+            continue
+        ls = [len(e) for e, _ in v]
+        lk = [len(k_) for _, k_ in v]
+        print(f"{k:8s}: {len(v):6d} pairs, en len {min(ls)}-{max(ls)} (mean {sum(ls)/len(ls):.1f}), "
+              f"ko len {min(lk)}-{max(lk)} (mean {sum(lk)/len(lk):.1f})")
+    print("compositional examples:")
+    for e, k in sp["comp"][:3]:
+        print("   ", " ".join(e), "->", detokenize_ko(k))
