@@ -31,6 +31,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/multi_head.py
+	$(BIN)/python bench/transformer.py
 	$(BIN)/python bench/throughput.py
 
 # The tamper corpus graded by stock nbgrader and by ours, side by side.

@@ -351,6 +351,146 @@ def make_splits(n_train: int = 20000, n_heldout: int = 1000, n_comp: int = 1000,
             "comp_kind": [comp_kind[k] for k in comp]}
 
 
+# ---------------------------------------------------------------- tensors and batches
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3   # the same in both vocabularies (SPECIALS order)
+
+
+def pad_batch(seqs, pad_id: int = PAD_ID):
+    """Token-id lists -> (len(seqs), longest) int64 tensor, right-padded with ``pad_id``."""
+    import torch
+
+    longest = max((len(s) for s in seqs), default=0)
+    out = torch.full((len(seqs), longest), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            out[i, :len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    return out
+
+
+def encode_pairs(pairs, src_vocab: Vocab, tgt_vocab: Vocab):
+    """(en_tokens, ko_tokens) pairs -> (src, tgt) int64 tensors, padded with PAD_ID.
+
+    src: (n, S) English ids, no BOS/EOS.  tgt: (n, T) Korean ids as [BOS, y1..yk, EOS].
+    """
+    src = pad_batch([src_vocab.encode(e) for e, _ in pairs])
+    tgt = pad_batch([[BOS_ID] + tgt_vocab.encode(k) + [EOS_ID] for _, k in pairs])
+    return src, tgt
+
+
+def trim(ids, pad_id: int = PAD_ID):
+    """Drop trailing columns that are padding in every row."""
+    keep = int((ids != pad_id).sum(1).max()) if ids.numel() else 0
+    return ids[:, :keep]
+
+
+def shift(tgt):
+    """Teacher forcing: (tgt_in, tgt_out) = ([BOS, y1..yk] , [y1..yk, EOS]) = tgt[:, :-1], tgt[:, 1:]."""
+    return tgt[:, :-1], tgt[:, 1:]
+
+
+_shift = shift
+
+
+def batches(src, tgt, batch_size: int = 128, seed: int = 0, epochs: int | None = None, shift: bool = True):
+    """Endless (or ``epochs``-long) shuffled batches of (src, tgt_in, tgt_out), padding trimmed.
+
+    With ``shift=False`` each batch is (src, tgt) instead, tgt = [BOS, y1..yk, EOS] unshifted.
+
+    A fresh permutation per epoch from a torch.Generator seeded with ``seed``; a batch
+    never spans two epochs (the last, shorter one is dropped unless it is the only one).
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    n = len(src)
+    epoch = 0
+    while epochs is None or epoch < epochs:
+        perm = torch.randperm(n, generator=g)
+        stop = max(n - batch_size + 1, 1)
+        for i in range(0, stop, batch_size):
+            idx = perm[i:i + batch_size]
+            if shift:
+                tgt_in, tgt_out = _shift(trim(tgt[idx]))
+                yield trim(src[idx]), tgt_in, tgt_out
+            else:
+                yield trim(src[idx]), trim(tgt[idx])
+        epoch += 1
+
+
+@dataclass
+class Task:
+    """The toy EN->KO task as tensors. ``load_task()`` builds it (about 1 s).
+
+    src_vocab / tgt_vocab: Vocab (English / Korean); ids PAD_ID=0, BOS_ID=1, EOS_ID=2 in both.
+    pairs[split]:  list of (en_tokens, ko_tokens), split in {"train", "heldout", "comp"}.
+    src[split]:    (n, S) int64 English ids, padded.
+    tgt[split]:    (n, T) int64 Korean ids [BOS, ..., EOS], padded.
+    comp_kind:     for each compositional pair, "obj" (a held-out object noun) or "adj".
+    """
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    pairs: dict
+    src: dict
+    tgt: dict
+    comp_kind: list
+
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def batches(self, batch_size: int = 128, seed: int = 0, split: str = "train", epochs=None, shift: bool = True):
+        """Shuffled (src, tgt_in, tgt_out) batches of ``split`` ((src, tgt) if not shift); see ``batches``."""
+        return batches(self.src[split], self.tgt[split], batch_size, seed, epochs, shift)
+
+    def english(self, ids) -> str:
+        """Source ids (a row of src) -> the English sentence."""
+        return " ".join(self.src_vocab.decode(_as_list(ids)))
+
+    def korean(self, ids) -> str:
+        """Target ids (with or without BOS; stops at EOS) -> Korean text, particles joined."""
+        return detokenize_ko(self.tgt_vocab.decode(_as_list(ids)))
+
+    def korean_tokens(self, ids) -> list[str]:
+        """Target ids -> Korean tokens (particles separate), stopping at EOS."""
+        return self.tgt_vocab.decode(_as_list(ids))
+
+    def english_tokens(self, ids) -> list[str]:
+        return self.src_vocab.decode(_as_list(ids))
+
+
+def _as_list(ids) -> list[int]:
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
+
+
+def load_task(n_train: int = 20000, n_heldout: int = 1000, n_comp: int = 1000, seed: int = 0,
+              cfg: GrammarConfig = GrammarConfig()) -> Task:
+    """Generate the splits (``make_splits``) and encode them as padded int64 tensors."""
+    sp = make_splits(n_train, n_heldout, n_comp, seed=seed, cfg=cfg)
+    en, ko = build_vocabs()
+    assert en.stoi[PAD] == ko.stoi[PAD] == PAD_ID and ko.stoi[BOS] == BOS_ID and ko.stoi[EOS] == EOS_ID
+    pairs = {k: sp[k] for k in ("train", "heldout", "comp")}
+    src, tgt = {}, {}
+    for k, v in pairs.items():
+        src[k], tgt[k] = encode_pairs(v, en, ko)
+    return Task(en, ko, pairs, src, tgt, sp["comp_kind"])
+
+
+def by_length(task: Task, split: str = "heldout", lengths=None, per_length: int | None = None):
+    """Indices of ``split`` grouped by English length: {length: LongTensor of row indices}.
+
+    ``per_length`` caps each group (the first ones, which are already in random order).
+    """
+    import torch
+
+    n_tokens = (task.src[split] != PAD_ID).sum(1)
+    lengths = sorted(set(n_tokens.tolist())) if lengths is None else lengths
+    out = {}
+    for L in lengths:
+        idx = torch.nonzero(n_tokens == L).flatten()
+        out[L] = idx[:per_length] if per_length else idx
+    return out
+
+
 # ---------------------------------------------------------------- demo
 EXAMPLES = [
     # (description, Sentence)

@@ -231,8 +231,10 @@ def _font_cache() -> str:
 
 
 def _kernel_env() -> dict[str, str]:
-    """The kernel's whole environment: nothing of the grader's leaks in."""
+    """The kernel's whole environment: nothing of the grader's leaks in, except nbgrader's
+    NBGRADER_EXECUTION (set while it autogrades), by which a training notebook trains briefly."""
     return {
+        "NBGRADER_EXECUTION": os.environ.get("NBGRADER_EXECUTION", "autograde"),
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/home/student",
         "TMPDIR": "/tmp",

@@ -91,6 +91,8 @@ def test_grader_processes_and_environment_are_invisible(kernel):
                    "  except OSError: pass\nprint(json.dumps(out))")
     assert not any("pytest" in c for c in cmdlines), cmdlines
     assert run("import os, json; print(json.dumps(os.environ.get('GRADER_ONLY_SECRET')))") is None
+    # nbgrader's own flag does reach it: notebooks 09 and 10 train briefly while graded
+    assert run("import os, json; print(json.dumps(os.environ.get('NBGRADER_EXECUTION')))") == "autograde"
     if os.geteuid() == 0:
         assert run("import os, json; print(json.dumps(os.getuid()))") != 0
 
