@@ -39,7 +39,6 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 VIEWPORT = {"width": 1280, "height": 900}
 STARTUP_SECONDS = 120
-STDERR = 'application/vnd.jupyter.stderr'
 SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]+\)|<img\b", re.IGNORECASE)
 
@@ -384,9 +383,8 @@ def screenshot_notebook(page, path: Path) -> None:
 
 
 def screenshot_first_figure(page, path: Path) -> None:
-    """The first figure cell of the open notebook (its code and the image it drew) to ``path``."""
-    figure = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell",
-                          has=page.locator(".jp-RenderedImage img")).first
+    """The first figure of the open notebook, as the lab shows it, to ``path``."""
+    figure = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea .jp-RenderedImage").first
     figure.scroll_into_view_if_needed()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.screenshot(path=str(path))
@@ -429,7 +427,13 @@ def validate_both(page, lab: Lab, assignment_id: str, shots: Path) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     """`make screenshots`: every notebook through ``visit`` and the Validate dialogs, to
     the folder given (docs/screenshots). The training notebooks train in full here."""
-    shots = Path((argv if argv is not None else sys.argv[1:])[0])
+    args = argv if argv is not None else sys.argv[1:]
+    if len(args) != 1:
+        print("usage: python -m tests.lab FOLDER  (make screenshots: docs/screenshots)", file=sys.stderr)
+        return 2
+    shots = Path(args[0])
+    for stale in shots.glob("*.png"):  # the folder holds only what this writes
+        stale.unlink()
     failed = []
     with tempfile.TemporaryDirectory(prefix="lab-") as scratch:
         workdir = Path(scratch)
@@ -441,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
                     failed += [f"{assignment_id} {step}: {p}" for step, ps in found.items() for p in ps]
                     print(f"{assignment_id}: {'ok' if not any(found.values()) else 'PROBLEMS'}", flush=True)
                 validate_both(page, lab, course.assignments()[0], shots)
-        except (BrowserMissing, RuntimeError) as error:
+        except (RuntimeError, AssertionError) as error:  # BrowserMissing, no server, a stuck notebook
             print(f"screenshots: {error}", file=sys.stderr)
             return 2
     print("\n".join(failed) or f"screenshots in {shots}")
