@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lab-") as scratch:
         workdir = Path(scratch)
         try:
-            with serve(workdir, quick=False) as lab, browser(workdir) as context:
+            with browser(workdir) as context, serve(workdir, quick=False) as lab:  # chromium first
                 page = open_lab(context, lab)
                 for assignment_id in course.assignments():
                     found = visit(page, lab, assignment_id, shots, run_seconds=600)

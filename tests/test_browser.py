@@ -32,12 +32,13 @@ SHOTS = course.ROOT / "out" / "screenshots"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """(the running Lab, a page with JupyterLab loaded)."""
-    workdir = tmp_path_factory.mktemp("lab")
     try:
-        with browser_lab.serve(workdir) as running, browser_lab.browser(workdir) as context:
-            yield running, browser_lab.open_lab(context, running)
-    except browser_lab.BrowserMissing as error:
+        browser_lab.chromium()
+    except browser_lab.BrowserMissing as error:  # a failure with the install command, never a skip
         pytest.fail(str(error), pytrace=False)
+    workdir = tmp_path_factory.mktemp("lab")
+    with browser_lab.serve(workdir) as running, browser_lab.browser(workdir) as context:
+        yield running, browser_lab.open_lab(context, running)
 
 
 @pytest.mark.parametrize("assignment_id", course.assignments())
