@@ -12,7 +12,7 @@ SCHEDULER ?=
 DB_URL ?=
 GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
 
-.PHONY: demo test bench tamper-report lab release grade clean
+.PHONY: demo test bench tamper-report lab release grade screenshots clean
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -46,6 +46,11 @@ grade: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks
+
+# docs/screenshots/: each notebook in JupyterLab and its first figure, taken in Debian's
+# chromium (apt-get install chromium) by the code of the browser test (tests/lab.py).
+screenshots: $(STAMP)
+	$(BIN)/python -m tests.lab docs/screenshots
 
 clean:
 	rm -rf $(VENV) out build
