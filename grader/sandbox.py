@@ -231,8 +231,11 @@ def _font_cache() -> str:
 
 
 def _kernel_env() -> dict[str, str]:
-    """The kernel's whole environment: nothing of the grader's leaks in."""
-    return {
+    """The kernel's whole environment: nothing of the grader's leaks in, except the
+    markers nbgrader sets while it runs a notebook (NBGRADER_EXECUTION, NBGRADER_VALIDATING),
+    which notebooks read to train briefly and to skip the check-my-work cell."""
+    markers = {k: os.environ[k] for k in ("NBGRADER_EXECUTION", "NBGRADER_VALIDATING") if k in os.environ}
+    return markers | {
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/home/student",
         "TMPDIR": "/tmp",
