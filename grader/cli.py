@@ -90,7 +90,8 @@ def _check(notebook: Path) -> int:
     from .selfcheck import CannotCheck, check_notebook
 
     try:
-        print(f"checking {notebook.name} with the hidden checks (about 15 s)...", file=sys.stderr, flush=True)
+        if notebook.suffix == ".ipynb" and notebook.is_file():
+            print(f"checking {notebook.name} with the hidden checks (about 15 s)...", file=sys.stderr, flush=True)
         checked = check_notebook(notebook)
     except CannotCheck as error:
         print(f"course-grader check: {error}", file=sys.stderr)
@@ -100,11 +101,12 @@ def _check(notebook: Path) -> int:
 
 
 def _report(out: Path, db_url: str | None, roster: Path | None) -> int:
+    from .lms import BadRoster
     from .report import NoGrades, write_report
 
     try:
         written = write_report(out, db_url=db_url, roster=roster)
-    except NoGrades as error:
+    except (NoGrades, BadRoster) as error:
         print(f"course-grader report: {error}", file=sys.stderr)
         return 2
     for path in written:
