@@ -10,9 +10,12 @@ OUT ?= out/grading
 JOBS ?=
 SCHEDULER ?=
 DB_URL ?=
+# make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb; make report ROSTER=roster.csv
+NOTEBOOK ?=
+ROSTER ?=
 GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
 
-.PHONY: demo test bench tamper-report lab release grade clean
+.PHONY: demo test bench tamper-report lab release grade check report clean
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -42,6 +45,15 @@ release: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
+
+# Check my work: grade one saved notebook with the hidden checks, offline.
+check: $(STAMP)
+	@test -n "$(NOTEBOOK)" || { echo "make check: say which notebook, e.g. make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb" >&2; exit 2; }
+	$(BIN)/course-grader check "$(NOTEBOOK)"
+
+# The class report and the LMS grade tables, after make grade or make demo: OUT/report/.
+report: $(STAMP)
+	$(BIN)/course-grader report --out $(OUT) $(if $(DB_URL),--db-url $(DB_URL)) $(if $(ROSTER),--roster $(ROSTER))
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks

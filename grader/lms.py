@@ -52,39 +52,31 @@ def read_roster(path: Path) -> dict[str, dict[str, str]]:
     return {r["student_id"].strip(): {k: (r.get(k) or "").strip() for k in ROSTER_FIELDS} for r in rows}
 
 
-def _scores(grades: ClassGrades) -> dict[tuple[str, str], str]:
-    return {(s.student_id, s.assignment_id): f"{s.score:g}" for s in grades.submissions if s.graded}
-
-
-def _students(grades: ClassGrades, roster: dict) -> list[str]:
-    return sorted(set(grades.students) | set(roster))
+def _write(grades: ClassGrades, path: Path, roster: dict | None, header: list[str], identity,
+           preamble: list[list[str]] = ()) -> Path:
+    """One row per student (the gradebook's and the roster's): ``identity(student, roster
+    fields)`` then a score per assignment, empty where not graded or not submitted."""
+    roster = roster or {}
+    scores = {(s.student_id, s.assignment_id): f"{s.score:g}" for s in grades.submissions if s.graded}
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(header + list(grades.assignments))
+        writer.writerows(preamble)
+        for student in sorted(set(grades.students) | set(roster)):
+            writer.writerow(identity(student, roster.get(student, {}))
+                            + [scores.get((student, a), "") for a in grades.assignments])
+    return path
 
 
 def write_canvas(grades: ClassGrades, path: Path, roster: dict | None = None) -> Path:
     """Canvas's gradebook import CSV (see the module's docs)."""
-    roster = roster or {}
-    scores = _scores(grades)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(CANVAS_HEADER + list(grades.assignments))
-        writer.writerow(["    Points Possible", "", "", "", ""] + [f"{grades.max_score(a):g}" for a in grades.assignments])
-        for student in _students(grades, roster):
-            r = roster.get(student, {})
-            writer.writerow([r.get("name") or student, r.get("canvas_id", ""), r.get("sis_user_id", ""),
-                             r.get("sis_login_id", ""), r.get("section", "")]
-                            + [scores.get((student, a), "") for a in grades.assignments])
-    return path
+    points = [["    Points Possible", "", "", "", ""] + [f"{grades.max_score(a):g}" for a in grades.assignments]]
+    return _write(grades, path, roster, CANVAS_HEADER, lambda student, r: [
+        r.get("name") or student, r.get("canvas_id", ""), r.get("sis_user_id", ""), r.get("sis_login_id", ""),
+        r.get("section", "")], points)
 
 
 def write_moodle(grades: ClassGrades, path: Path, roster: dict | None = None) -> Path:
     """Moodle's grade import CSV (see the module's docs)."""
-    roster = roster or {}
-    scores = _scores(grades)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(MOODLE_HEADER + list(grades.assignments))
-        for student in _students(grades, roster):
-            r = roster.get(student, {})
-            writer.writerow([r.get("name") or student, r.get("email", ""), r.get("sis_user_id", "")]
-                            + [scores.get((student, a), "") for a in grades.assignments])
-    return path
+    return _write(grades, path, roster, MOODLE_HEADER, lambda student, r: [
+        r.get("name") or student, r.get("email", ""), r.get("sis_user_id", "")])

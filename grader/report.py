@@ -36,6 +36,11 @@ class Mistake:
     graded: int  # graded submissions of the assignment
 
     @property
+    def unanswered(self) -> bool:
+        """Left as released: counted, but listed after the mistakes a teacher can address."""
+        return "not answered yet" in self.diagnosis
+
+    @property
     def percent(self) -> float:
         return 100.0 * self.count / self.graded if self.graded else 0.0
 
@@ -55,7 +60,8 @@ def pass_rates(grades: ClassGrades) -> dict[tuple[str, str], tuple[int, int]]:
 
 
 def common_mistakes(grades: ClassGrades) -> list[Mistake]:
-    """Every diagnosed mistake with its count among graded submissions, most common first."""
+    """Every diagnosed mistake with its count among graded submissions, most common first;
+    exercises left unanswered come after every real mistake."""
     found = []
     for assignment_id in grades.assignments:
         graded = grades.of(assignment_id)
@@ -66,7 +72,7 @@ def common_mistakes(grades: ClassGrades) -> list[Mistake]:
         for (exercise, _), wordings in groups.items():
             found.append(Mistake(assignment_id, exercise, wordings.most_common(1)[0][0],
                                  sum(wordings.values()), len(graded)))
-    return sorted(found, key=lambda m: (-m.count, -m.percent, m.assignment_id, m.exercise))
+    return sorted(found, key=lambda m: (m.unanswered, -m.count, -m.percent, m.assignment_id, m.exercise))
 
 
 def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) -> list[Path]:
@@ -74,18 +80,26 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     written = []
-    ids = list(grades.assignments)
-    fig, axes = plt.subplots(1, max(len(ids), 1), figsize=(3.2 * max(len(ids), 1), 3.0), squeeze=False)
-    for ax, assignment_id in zip(axes[0], ids):
+    ids = list(grades.assignments) or ["(none)"]
+    cols = min(4, len(ids))
+    rows = -(-len(ids) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows + 0.5), squeeze=False)
+    for ax in axes.flat[len(ids):]:
+        ax.set_visible(False)
+    for ax, assignment_id in zip(axes.flat, grades.assignments):
         top = grades.max_score(assignment_id)
         scores = [s.score for s in grades.of(assignment_id)]
         ax.hist(scores, bins=[x - 0.5 for x in range(int(top) + 2)], color="#4878a8", edgecolor="white")
-        ax.set_title(f"{assignment_id}\n{len(scores)} graded", fontsize=9)
+        ax.set_title(f"{assignment_id} ({len(scores)} graded)", fontsize=9)
         ax.set_xlabel(f"score (of {top:g})")
         ax.set_xlim(-0.5, top + 0.5)
-    axes[0][0].set_ylabel("submissions")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for row in axes:
+        row[0].set_ylabel("submissions")
     fig.suptitle("Score distribution per assignment")
     fig.tight_layout()
     written.append(folder / "scores.png")
@@ -107,9 +121,9 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
     plt.close(fig)
 
     top = mistakes[:TOP_MISTAKES]
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(len(top), 1) + 1.2))
+    fig, ax = plt.subplots(figsize=(8.5, 0.5 * max(len(top), 1) + 1.2))
     ax.barh(range(len(top)), [m.percent for m in top], color="#e15759")
-    ax.set_yticks(range(len(top)), [_short(f"{m.exercise}: {m.diagnosis}") for m in top], fontsize=7)
+    ax.set_yticks(range(len(top)), [_label(m) for m in top], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the assignment's graded submissions (%)")
@@ -123,8 +137,14 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
     return written
 
 
-def _short(text: str, width: int = 70) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _label(m: Mistake) -> str:
+    """The exercise and what went wrong, on two short lines: a diagnosis reads "what was
+    called: what went wrong", and the second half is the mistake."""
+    import textwrap
+
+    said = m.diagnosis.split(": ", 1)[-1]
+    lines = textwrap.wrap(f"{m.exercise.split('-', 1)[-1]}: {said}", 60)
+    return "\n".join(lines[:2]) + ("…" if len(lines) > 2 else "")
 
 
 def _html(grades: ClassGrades, rates, mistakes: list[Mistake]) -> str:
