@@ -88,7 +88,7 @@ def read(db_url: str, progress: bool = True) -> ClassGrades:
             for nb in sub.notebooks:
                 penalty += float(nb.late_submission_penalty or 0.0)
                 for grade in nb.grades:
-                    graded &= grade.score is not None
+                    graded &= grade.auto_score is not None or grade.manual_score is not None
                     points[course.exercise_id(grade.name)] = float(grade.score or 0.0)
                 for comment in nb.comments:
                     if (text := _diagnosis(comment)) is not None:

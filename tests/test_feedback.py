@@ -23,7 +23,7 @@ def _figures_after(assignment: str) -> dict[str, int]:
         if grade_id.endswith(course.TEST_SUFFIX):
             current = course.exercise_id(grade_id)
             figures[current] = 0
-        elif current and "-fig-" in grade_id:
+        elif current and cell.cell_type == "code" and "-fig-" in grade_id:
             figures[current] += 1
     return figures
 
