@@ -15,7 +15,7 @@ NOTEBOOK ?=
 ROSTER ?=
 GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
 
-.PHONY: demo test bench tamper-report lab release grade check report clean
+.PHONY: demo test bench tamper-report lab release grade clean
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -47,6 +47,7 @@ grade: $(STAMP)
 	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
 
 # Check my work: grade one saved notebook with the hidden checks, offline.
+.PHONY: check report
 check: $(STAMP)
 	@test -n "$(NOTEBOOK)" || { echo "make check: say which notebook, e.g. make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb" >&2; exit 2; }
 	$(BIN)/course-grader check "$(NOTEBOOK)"

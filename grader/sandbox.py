@@ -231,11 +231,10 @@ def _font_cache() -> str:
 
 
 def _kernel_env() -> dict[str, str]:
-    """The kernel's whole environment: nothing of the grader's leaks in, except the
-    markers nbgrader sets while it runs a notebook (NBGRADER_EXECUTION, NBGRADER_VALIDATING),
-    which notebooks read to train briefly and to skip the check-my-work cell."""
-    markers = {k: os.environ[k] for k in ("NBGRADER_EXECUTION", "NBGRADER_VALIDATING") if k in os.environ}
-    return markers | {
+    """The kernel's whole environment: nothing of the grader's leaks in, except nbgrader's
+    NBGRADER_EXECUTION (set while it autogrades), by which a training notebook trains briefly."""
+    return {
+        "NBGRADER_EXECUTION": os.environ.get("NBGRADER_EXECUTION", "autograde"),
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
         "HOME": "/home/student",
         "TMPDIR": "/tmp",
