@@ -10,6 +10,9 @@ OUT ?= out/grading
 JOBS ?=
 SCHEDULER ?=
 DB_URL ?=
+# make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb; make report ROSTER=roster.csv
+NOTEBOOK ?=
+ROSTER ?=
 GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
 
 .PHONY: demo test bench tamper-report lab release grade screenshots clean
@@ -43,6 +46,16 @@ release: $(STAMP)
 
 grade: $(STAMP)
 	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
+
+# Check my work: grade one saved notebook with the hidden checks, offline.
+.PHONY: check report
+check: $(STAMP)
+	@test -n "$(NOTEBOOK)" || { echo "make check: say which notebook, e.g. make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb" >&2; exit 2; }
+	$(BIN)/course-grader check "$(NOTEBOOK)"
+
+# The class report and the LMS grade tables, after make grade or make demo: OUT/report/.
+report: $(STAMP)
+	$(BIN)/course-grader report --out $(OUT) $(if $(DB_URL),--db-url $(DB_URL)) $(if $(ROSTER),--roster $(ROSTER))
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks

@@ -51,12 +51,14 @@ c.IgnorePattern.pattern = r"^[^\n]*:\d+: \w*Warning: "
 # A test cell the student deleted is put back from the source and graded.
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback shows the diagnosis of each failed check, never hidden test code or
-# grader tracebacks.
+# Feedback reads like a tutor's comments: a summary at the top (score, per exercise the
+# points, the diagnosis and a hint, what to revisit), the comment under each test cell,
+# the learner's own figures in place; never hidden test code or grader tracebacks.
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.feedback.ExplainFailures",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "grader.tutor.TutorSummary",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

@@ -1,4 +1,5 @@
-"""``course-grader``: the commands behind ``make release``, ``make grade`` and ``make demo``."""
+"""``course-grader``: the commands behind ``make release``, ``make grade``, ``make demo``,
+``make check`` and ``make report``."""
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--db-url", metavar="URL",
                        help="the gradebook, e.g. postgresql://grader@dbhost/course (default: "
                             "nbgrader_config.py's c.CourseDirectory.db_url, else OUT/course/gradebook.db)")
+    check = sub.add_parser("check", help="check my work: grade one saved notebook with the hidden checks")
+    check.add_argument("notebook", type=Path, help="the .ipynb file, e.g. notebooks/01_similarity/01_similarity.ipynb")
+    report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
+    report.add_argument("--out", type=Path, default=Path("out/grading"),
+                        help="the grading output folder (default: out/grading); writes OUT/report/")
+    report.add_argument("--db-url", metavar="URL",
+                        help="the gradebook (default: as `grade` chooses it for --out)")
+    report.add_argument("--roster", type=Path, metavar="CSV",
+                        help="student_id,name,email,sis_user_id,sis_login_id,section: fills the LMS columns")
     args = parser.parse_args(argv)
 
+    if args.command == "check":
+        return _check(args.notebook)
+    if args.command == "report":
+        return _report(args.out, args.db_url, args.roster)
     if args.command == "release":
         from .release import release
 
@@ -69,6 +83,34 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     print(f"\ngrade table: {args.out / 'grades.csv'}")
     print(f"feedback:    {args.out / 'course' / 'feedback'}/<student_id>/<assignment_id>/<notebook>.html")
+    return 0
+
+
+def _check(notebook: Path) -> int:
+    from .selfcheck import CannotCheck, check_notebook
+
+    try:
+        if notebook.suffix == ".ipynb" and notebook.is_file():
+            print(f"checking {notebook.name} with the hidden checks (about 15 s)...", file=sys.stderr, flush=True)
+        checked = check_notebook(notebook)
+    except CannotCheck as error:
+        print(f"course-grader check: {error}", file=sys.stderr)
+        return 2
+    print(checked.text(notebook))
+    return 0 if checked.graded else 1
+
+
+def _report(out: Path, db_url: str | None, roster: Path | None) -> int:
+    from .lms import BadRoster
+    from .report import NoGrades, write_report
+
+    try:
+        written = write_report(out, db_url=db_url, roster=roster)
+    except (NoGrades, BadRoster) as error:
+        print(f"course-grader report: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 

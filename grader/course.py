@@ -53,3 +53,25 @@ def solution_namespace(assignment_id: str) -> dict:
 def exercise_id(grade_id: str) -> str:
     """The exercise id that a cell's grade_id belongs to."""
     return grade_id[: -len(TEST_SUFFIX)] if grade_id.endswith(TEST_SUFFIX) else grade_id
+
+
+def sections(assignment_id: str) -> dict[str, str]:
+    """Exercise id -> the title of the section ("## 2. Temperature: ...") it sits in.
+
+    Read from the source notebook: the last level-2 heading above each solution cell,
+    without its "## ". An exercise above every heading gets the notebook's title.
+    """
+    import nbformat
+
+    titles: dict[str, str] = {}
+    heading = ""
+    for path in sorted((SOLUTIONS / assignment_id).glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                for line in cell.source.splitlines():
+                    if line.startswith(("# ", "## ")) and (line.startswith("## ") or not heading):
+                        heading = line.lstrip("#").strip()
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("solution") and meta.get("grade_id"):
+                titles[meta["grade_id"]] = heading
+    return titles

@@ -54,7 +54,9 @@ class ExplainFailures(NbGraderPreprocessor):
     """Show each graded test cell's verdict in one line, instead of errors and answers.
 
     The answers handed to the grader and any traceback (hidden test code, grader
-    internals) are removed; a failed exercise gets its diagnosis.
+    internals) are removed; a failed exercise gets its diagnosis. An error in any other
+    cell (a figure drawn with a broken function) keeps only its last line, "Name: message":
+    the learner sees what went wrong without the frames of the sandbox and the libraries.
     """
 
     def preprocess_cell(self, cell, resources, index):
@@ -69,4 +71,8 @@ class ExplainFailures(NbGraderPreprocessor):
                     output_type="error", ename="Not yet", evalue=message,
                     traceback=[f"{exercise}: {message}"]))
             cell.outputs = outputs
+        elif cell.cell_type == "code":
+            for output in cell.get("outputs", []):
+                if output.output_type == "error":
+                    output.traceback = [f"{output.ename}: {_ANSI.sub('', str(output.evalue)).strip()}"]
         return cell, resources

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import nbformat
 import nbgrader.api
 from alembic.script import ScriptDirectory
 from nbgrader.apps import NbGraderAPI
@@ -63,8 +64,38 @@ def generate(release_dir: Path, db_url: str, assignment_ids: list[str] | None = 
                                f"{result.get('error', '')}\n{result.get('log', '')}")
 
 
+CHECK_MARKDOWN = ("## Check my work\n\n"
+                  "Save the notebook (**Ctrl-S**), then run the cell below. It grades the saved notebook "
+                  "with the hidden checks, on your machine, and prints for each exercise whether it "
+                  "passed, what went wrong and a hint, then your score and what to revisit. "
+                  "(The same from a terminal: `make check NOTEBOOK=path/to/this.ipynb`.)")
+
+
+def check_cell_source(notebook: str) -> str:
+    """The code of the check-my-work cell that ends every student notebook."""
+    return f"from coursekit.check import check_my_work\ncheck_my_work({notebook!r})"
+
+
+def add_check_cells(path: Path) -> None:
+    """End a student notebook with the check-my-work cells (``coursekit.check``).
+
+    They are ordinary cells, unknown to the gradebook: nbgrader runs them like any
+    cell a student adds, and the code cell only prints one line while nbgrader runs it.
+    """
+    nb = nbformat.read(path, as_version=4)
+    nb.cells += [nbformat.v4.new_markdown_cell(CHECK_MARKDOWN),
+                 nbformat.v4.new_code_cell(check_cell_source(path.name))]
+    for cell in nb.cells[-2:]:
+        cell.id = f"check-my-work-{cell.cell_type}"  # stable ids: a fresh release equals the committed one
+    nbformat.write(nb, path)
+
+
 def release(release_dir: Path = course.NOTEBOOKS) -> list[Path]:
-    """Regenerate the student notebooks (``make release``); returns the notebooks written."""
+    """Regenerate the student notebooks (``make release``), each ending with the
+    check-my-work cells; returns the notebooks written."""
     with tempfile.TemporaryDirectory() as scratch:
         generate(release_dir, f"sqlite:///{Path(scratch) / 'gradebook.db'}")
-    return sorted(release_dir.glob("*/*.ipynb"))
+    written = sorted(release_dir.glob("*/*.ipynb"))
+    for path in written:
+        add_check_cells(path)
+    return written

@@ -209,6 +209,11 @@ def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_cla
     with postgres_server() as db_url:
         rows = grade_class(class_dir, tmp_path / "out", progress=False, jobs=2, db_url=db_url)
         on_postgres = _grades(db_url, STUDENTS)
+        # the class report reads the same gradebook through nbgrader's API
+        from grader.report import write_report
+
+        with open(write_report(tmp_path / "out", db_url=db_url, progress=False)[-2], newline="") as f:
+            canvas = {r["Student"]: r[ASSIGNMENT] for r in csv.DictReader(f) if r["Student"] in STUDENTS}
         # nbgrader's own export reads it, through the workspace's configuration
         csv_path = tmp_path / "export.csv"
         subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--CsvExportPlugin.to={csv_path}"],
@@ -223,6 +228,7 @@ def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_cla
     with open(csv_path, newline="") as f:
         exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f) if r["assignment"] == ASSIGNMENT}
     assert exported == {r.student_id: r.score for r in rows if r.student_id in STUDENTS}
+    assert canvas == {r.student_id: f"{r.score:g}" for r in rows if r.student_id in STUDENTS}
 
 
 def test_a_wrong_gradebook_url_is_one_clear_line_without_the_password(tmp_path):

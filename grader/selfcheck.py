@@ -1,0 +1,103 @@
+"""Check my work: grade a learner's own saved notebook with the hidden checks, offline.
+
+``course-grader check PATH.ipynb`` (``make check NOTEBOOK=PATH``, and the last cell of
+every student notebook through ``coursekit.check``) runs the one grading pipeline,
+``grader.unit.grade_submission``, on that single notebook: the same sandboxed kernel,
+the same questions and verdicts. The questions are drawn from a secret made for this
+clone on first use (``.check_secret`` in the course folder, mode 0600), not from an
+instructor's course secret, so a self-check never reveals anything about a graded
+run. What is printed is the tutor's text (``grader.tutor``): per exercise pass or
+fail, the points, the diagnosis and a hint, then the score and what to revisit;
+never hidden inputs or hidden test code.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import course, sandbox, tutor
+from .unit import Settings, course_version, grade_submission
+from .verify import CourseSecret
+
+SECRET_FILE = course.ROOT / ".check_secret"
+STUDENT = "self"
+
+
+class CannotCheck(ValueError):
+    """The path is not a notebook of this course; the message says what to do."""
+
+
+@dataclass
+class Checked:
+    """The outcome of one self-check."""
+
+    assignment_id: str
+    status: str  # grade_submission's status: "graded..." or "not graded: ..."
+    score: float
+    max_score: float
+    comments: list[tutor.Comment]
+
+    @property
+    def graded(self) -> bool:
+        return self.status.startswith("graded")
+
+    def text(self, path: Path) -> str:
+        """What the learner reads."""
+        if not self.graded:
+            return f"{path.name}: {self.status}"
+        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n"
+        note = "" if self.status == "graded" else f"({self.status.removeprefix('graded: ')})\n"
+        return head + note + "\n" + tutor.as_text(self.comments, self.score, self.max_score)
+
+
+def assignment_of(path: Path) -> str:
+    """The assignment a notebook belongs to: from its cells' grade ids, else its file name.
+
+    Raises:
+        CannotCheck: neither names an assignment of this course.
+    """
+    by_topic = {a.split("_", 1)[-1]: a for a in course.assignments()}
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        ids = [c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "") for c in cells if isinstance(c, dict)]
+        topics = {i.split("-", 1)[0] for i in ids if "-" in i} & set(by_topic)
+        if len(topics) == 1:
+            return by_topic[topics.pop()]
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        pass  # a broken file: its name may still tell, and grading then says what is wrong with it
+    named = [a for a in course.assignments() if path.stem.startswith(a)]
+    if named:
+        return max(named, key=len)
+    raise CannotCheck(f"{path} is not one of this course's notebooks ({', '.join(course.assignments())}): "
+                      "pass a notebook from notebooks/<assignment>/")
+
+
+def check_notebook(path: Path) -> Checked:
+    """Grade ``path`` as the hidden checks would; nothing is written beside it.
+
+    Raises:
+        CannotCheck: ``path`` is missing, not a .ipynb file, or not of this course.
+    """
+    path = Path(path)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise CannotCheck(f"no notebook at {path}: pass the .ipynb file you saved (File > Save, Ctrl-S)")
+    assignment_id = assignment_of(path)
+    # The learner grades their own code on their own machine: without bubblewrap the
+    # kernel still gets its rlimits, and the instructor's warning would only alarm.
+    sandbox._warned = True
+    secret = CourseSecret(secret_file=str(SECRET_FILE)).secret()
+    with tempfile.TemporaryDirectory(prefix="check-") as tmp:
+        folder = Path(tmp) / assignment_id
+        folder.mkdir()
+        names = course.notebook_names(assignment_id)  # a renamed copy is checked under its own name
+        shutil.copyfile(path, folder / (f"{names[0]}.ipynb" if len(names) == 1 else path.name))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = grade_submission(folder, STUDENT, assignment_id, Settings(secret, course_version=course_version()))
+    found = tutor.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
+    return Checked(assignment_id, result["status"], sum(result["points"].values()),
+                   sum(result["max_points"].values()), found)

@@ -1,0 +1,163 @@
+"""What a tutor says about a graded notebook: per exercise the points, the diagnosis, a
+hint, and the sections to revisit; as text (``course-grader check``) and as the
+summary at the top of the feedback HTML (``TutorSummary``, an nbgrader preprocessor).
+
+Everything said comes from the grader's verdicts (``grader.verify``: the diagnosis
+names the likely mistake, never the hidden inputs) and from the source notebook's
+headings (``grader.course.sections``); no hidden test code is ever quoted.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from nbformat import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from . import course
+from .checks import _core as checks
+from .feedback import is_test_cell, verdict_of
+
+
+@dataclass(frozen=True)
+class Comment:
+    """The tutor's comment on one exercise."""
+
+    exercise: str  # the exercise id, e.g. "softmax-stable_softmax"
+    points: float
+    max_points: float
+    diagnosis: str | None  # None when the hidden checks passed
+    section: str  # the notebook section the exercise sits in
+    function: str  # the learner's function or class
+
+    @property
+    def passed(self) -> bool:
+        return self.points >= self.max_points and self.diagnosis is None
+
+    @property
+    def hint(self) -> str | None:
+        """Where to look next; None for a passed exercise."""
+        if self.passed:
+            return None
+        where = f'section "{self.section}"' if self.section else "its section"
+        if self.diagnosis and "not answered yet" in self.diagnosis:
+            return f"fill in `{self.function}` in {where} (the cell marked YOUR CODE HERE), then run the test below it"
+        if self.diagnosis and self.diagnosis.startswith("stopped at the time limit"):
+            return f"look for a loop that never ends in `{self.function}` ({where})"
+        return (f"re-read {where} and the docstring of `{self.function}`; the visible test under it "
+                "is a small case you can work out by hand")
+
+
+def _function(exercise: str) -> str:
+    try:
+        return checks.get(exercise).function
+    except LookupError:  # a test cell without a registered check: name it by its id
+        return exercise.split("-", 1)[-1]
+
+
+def comments(assignment_id: str, points: dict[str, float], max_points: dict[str, float],
+             diagnoses: dict[str, str | None]) -> list[Comment]:
+    """One comment per exercise of ``max_points``, in notebook order.
+
+    ``points``/``max_points``: exercise id -> points; ``diagnoses``: exercise id -> the
+    check's diagnosis of a failed exercise (absent or None when it passed).
+    """
+    titles = course.sections(assignment_id)
+    order = list(titles) + sorted(set(max_points) - set(titles))
+    return [Comment(e, float(points.get(e, 0.0)), float(max_points[e]),
+                    diagnoses.get(e) or (None if points.get(e, 0.0) >= max_points[e] else "no points"),
+                    titles.get(e, ""), _function(e))
+            for e in order if e in max_points]
+
+
+def revisit(found: list[Comment]) -> list[str]:
+    """The sections to revisit, each with the functions that failed there, in notebook order."""
+    out: dict[str, list[str]] = {}
+    for c in found:
+        if not c.passed:
+            out.setdefault(c.section or c.exercise, []).append(c.function)
+    return [f"{section} ({', '.join(functions)})" for section, functions in out.items()]
+
+
+def as_text(found: list[Comment], score: float, max_score: float) -> str:
+    """The comments for a terminal: a line per exercise, the score, what to revisit."""
+    width = max((len(c.exercise) for c in found), default=0)
+    lines = []
+    for c in found:
+        lines.append(f"  {'PASS' if c.passed else 'FAIL'}  {c.exercise:<{width}}  {c.points:g}/{c.max_points:g}")
+        if not c.passed:
+            lines.append(f"        what went wrong: {c.diagnosis}")
+            lines.append(f"        hint: {c.hint}")
+    lines.append("")
+    lines.append(f"Score: {score:g}/{max_score:g}")
+    todo = revisit(found)
+    lines.append("What to revisit: " + ("; ".join(todo) if todo else "nothing, every hidden check passed."))
+    return "\n".join(lines)
+
+
+def _row(c: Comment) -> str:
+    mark = "&#10003;" if c.passed else "&#10007;"
+    said = "all hidden checks passed" if c.passed else (
+        f"{html.escape(c.diagnosis or '')}<br><em>Hint:</em> {html.escape(c.hint or '')}")
+    return (f'<tr class="{"passed" if c.passed else "failed"}"><td>{mark}</td>'
+            f'<td><a href="#tutor-{c.exercise}"><code>{html.escape(c.function)}</code></a></td>'
+            f"<td>{c.points:g} / {c.max_points:g}</td><td>{said}</td></tr>")
+
+
+def summary_html(found: list[Comment], score: float, max_score: float, late_penalty: float = 0.0) -> str:
+    """The summary at the top of the feedback: score, a row per exercise, what to revisit."""
+    late = f"<p>Late submission penalty: &minus;{late_penalty:g} points.</p>" if late_penalty else ""
+    todo = revisit(found)
+    advice = ("<p><strong>What to revisit:</strong></p><ul>"
+              + "".join(f"<li>{html.escape(t)}</li>" for t in todo) + "</ul>") if todo else (
+        "<p>Every hidden check passed. Well done.</p>")
+    return (f'<div class="tutor-summary"><h2>Your feedback: {score:g} / {max_score:g} points</h2>{late}'
+            '<table class="table table-condensed"><thead><tr><th></th><th>exercise</th><th>points</th>'
+            "<th>the tutor's comment</th></tr></thead><tbody>"
+            + "".join(_row(c) for c in found) + f"</tbody></table>{advice}</div>")
+
+
+def comment_html(c: Comment) -> str:
+    """The comment shown in the body, right under the exercise's test cell."""
+    if c.passed:
+        said = f"&#10003; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}, all hidden checks passed."
+    else:
+        said = (f"&#10007; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}. "
+                f"{html.escape(c.diagnosis or '')}<br><em>Hint:</em> {html.escape(c.hint or '')}")
+    return f'<div class="tutor-comment" id="tutor-{c.exercise}">{said}</div>'
+
+
+def _markdown(source: str) -> NotebookNode:
+    return NotebookNode(cell_type="markdown", metadata={}, source=source, attachments={})
+
+
+class TutorSummary(NbGraderPreprocessor):
+    """Feedback that reads like a tutor's comments.
+
+    Runs after nbgrader's ``GetGrades`` (which puts each graded cell's score and the
+    notebook's score in place) and ``ExplainFailures``. Adds a summary at the top, and
+    under each exercise's test cell the comment on it; the learner's own figures, drawn
+    by the cells that follow the exercise, stay where they are.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        points, max_points, diagnoses, anchors = {}, {}, {}, {}
+        for index, cell in enumerate(nb.cells):
+            if is_test_cell(cell):
+                meta = cell.metadata.nbgrader
+                exercise = course.exercise_id(meta["grade_id"])
+                points[exercise] = float(meta.get("score") or 0.0)
+                max_points[exercise] = float(meta.get("points") or 0.0)
+                verdict = verdict_of(cell) or {}
+                diagnoses[exercise] = verdict.get("diagnosis")
+                anchors[index] = exercise
+        found = {c.exercise: c for c in comments(info["assignment"], points, max_points, diagnoses)}
+        cells = [_markdown(summary_html(list(found.values()), float(info.get("score") or 0.0),
+                                        float(info.get("max_score") or 0.0), float(info.get("late_penalty") or 0.0)))]
+        for index, cell in enumerate(nb.cells):
+            cells.append(cell)
+            if index in anchors:
+                cells.append(_markdown(comment_html(found[anchors[index]])))
+        nb.cells = cells
+        return nb, resources
