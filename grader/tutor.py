@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+import nbformat
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
@@ -128,7 +129,7 @@ def comment_html(c: Comment) -> str:
 
 
 def _markdown(source: str) -> NotebookNode:
-    return NotebookNode(cell_type="markdown", metadata={}, source=source, attachments={})
+    return nbformat.v4.new_markdown_cell(source)  # with a cell id, as nbformat 4.5 requires
 
 
 class TutorSummary(NbGraderPreprocessor):

@@ -73,3 +73,13 @@ def test_the_check_cell_is_one_line_when_the_release_notebook_is_graded(graded_c
         assert "check_my_work" in last.source
         assert [o.get("text", "").strip() for o in last.outputs] == [
             "check my work: skipped while this notebook is graded or validated"], assignment
+
+
+def test_the_tutor_s_cells_are_valid_nbformat_4_5_cells():
+    """Cells added to the feedback carry ids (nbformat warns on every feedback page otherwise)."""
+    from grader.tutor import _markdown
+
+    cell = _markdown("<div>comment</div>")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    nbformat.validate(nb)
+    assert cell.get("id")
