@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.corpora import tamper  # noqa: E402
+from tests.corpora import around, harms, tamper  # noqa: E402
 
 ASSIGNMENT = tamper.ASSIGNMENT
 NOBODY = 65534
@@ -231,10 +232,13 @@ def grade_stock(class_dir: Path, work: Path, reruns: int = 1) -> dict[str, dict]
     shutil.copytree(ROOT / "solutions", course / "solutions")
     (course / "nbgrader_config.py").write_text(STOCK_CONFIG.format(root=str(course)))
     students = _students(class_dir)
+    uncollected = {}
     for student in students:
         source = class_dir / student / ASSIGNMENT
         if source.is_dir():
-            shutil.copytree(source, course / "submitted" / student / ASSIGNMENT)
+            why = _collect(source, course / "submitted" / student / ASSIGNMENT)
+            if why:
+                uncollected[student] = why
     _chown_tree(work)
 
     nbgrader = str(BIN / "nbgrader")
@@ -256,8 +260,17 @@ def grade_stock(class_dir: Path, work: Path, reruns: int = 1) -> dict[str, dict]
                 break
         cheat_requests = cheats.requests
 
+    # then, as an instructor would: feedback for everyone, and the grade table
+    feedback_log, export_log = work / "feedback.log", work / "export.log"
+    run_wrapped([nbgrader, "generate_feedback", ASSIGNMENT, "--force"], work, course, feedback_log)
+    run_wrapped([nbgrader, "export", "--to", str(course / "export.csv")], work, course, export_log)
+
     seen = _parse_runs(runs, students)
     results = _read_gradebook(course, students)
+    for student in students:
+        results[student]["outputs"] = _outputs(course, student)
+    csv_rows = _csv_rows(course / "export.csv")
+    terminal = "\n".join(text for run in runs for _, text in run["lines"])
     for student in students:
         r = results[student]
         info = seen.get(student)
@@ -288,13 +301,61 @@ def grade_stock(class_dir: Path, work: Path, reruns: int = 1) -> dict[str, dict]
         graded = _answers(course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
         if graded and graded != _answers(class_dir / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"):
             notes.append("answers in its autograded notebook overwritten")
+        if student in uncollected:
+            notes.append(f"not collected: {uncollected[student]}")
         if notes:
             r["status"] += "; " + "; ".join(notes)
+        r["csv_rows"] = csv_rows
+        r["table"] = terminal
     batch = {"runs": [{"exit": x["code"], "seconds": round(x["seconds"], 1)} for x in runs],
              "seconds": round(sum(x["seconds"] for x in runs), 1),
              "cheat_requests": cheat_requests, "disk_bytes": _du(work)}
     (work / "batch.json").write_text(json.dumps(batch, indent=1))
     return results
+
+
+def _collect(source: Path, dest: Path) -> str | None:
+    """Copy a submitted folder as nbgrader's exchange collects it (shutil.copytree, which
+    follows links), except that a device or a FIFO is never read (this script must not
+    hang or fill the disk). Returns why a file was not copied, or None."""
+    skipped = []
+
+    def copy(src, dst):
+        mode = os.stat(src).st_mode
+        if not stat.S_ISREG(mode):
+            skipped.append(os.path.basename(src))
+            return dst
+        return shutil.copy2(src, dst)
+
+    try:
+        shutil.copytree(source, dest, copy_function=copy)
+    except (OSError, shutil.Error) as error:
+        return f"{type(error).__name__}"
+    return f"special files {skipped}" if skipped else None
+
+
+def _outputs(course: Path, student: str) -> dict:
+    """The feedback page and the autograded notebook stock nbgrader left for a student."""
+    found = {}
+    for key, path in (("feedback", course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html"),
+                      ("autograded", course / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")):
+        try:
+            if path.is_file() and path.stat().st_size < 50 * 2**20:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                found[key] = json.loads(text) if key == "autograded" else text
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            return list(csv.reader(f))
+    except OSError:
+        return []
 
 
 def _read_gradebook(course: Path, students: list[str]) -> dict[str, dict]:
@@ -368,10 +429,15 @@ def ours(class_dir: Path, out: Path) -> dict[str, dict]:
     from grader.grade import grade_class
 
     # the instructor's due date and trusted submission time (only t12's is recorded: late)
+    from grader.grade import format_table
+
     rows = grade_class(Path(class_dir), Path(out), progress=False, duedates={ASSIGNMENT: tamper.DUE_DATE},
                        timestamps={("t12_forged_timestamp", ASSIGNMENT): tamper.TRUE_TIMESTAMP})
+    csv_rows, table_text = _csv_rows(Path(out) / "grades.csv"), format_table(rows)
     return {r.student_id: {"points": dict(r.points), "status": r.status, "score": r.score,
-                           "late_penalty": sum(r.points.values()) - r.score}
+                           "late_penalty": sum(r.points.values()) - r.score,
+                           "outputs": _outputs(Path(out) / "course", r.student_id),
+                           "csv_rows": csv_rows, "table": table_text}
             for r in rows if r.assignment_id == ASSIGNMENT}
 
 
@@ -392,11 +458,11 @@ def ours_wrapped(class_dir: Path, work: Path) -> dict[str, dict]:
 
 def _class(dest: Path) -> dict[str, dict]:
     """The tamper corpus plus the two controls."""
-    expected = tamper.build(dest)
-    for control in CONTROLS:
+    expected = tamper.build(dest, private=dest.parent / "private")
+    for control in CONTROLS + (around.CLASSMATE,):  # the classmate is the one the link attacks point at
         shutil.copytree(tamper.SOURCE.parent, dest / control / ASSIGNMENT)
         expected[control] = {ASSIGNMENT: {"score": 10, "exercises": dict(tamper.POINTS)},
-                             "what": "untouched correct submission (ada's)", "targets": []}
+                             "what": "untouched correct submission (ada's)", "targets": [], "harm": "points"}
     return expected
 
 
@@ -412,20 +478,38 @@ def _on(points: dict, targets: list[str], late_penalty: float = 0.0) -> str:
     return f"{got}/{sum(tamper.POINTS[t] for t in targets)}"
 
 
+def _achieved(e: dict, r: dict | None, reference: dict | None) -> str:
+    """What the attack got from one grader, in a few words ('WON: ...' when it won)."""
+    if r is None:
+        return "n/a"
+    outputs = r.get("outputs", {})
+    outcome = harms.Outcome(points=r.get("points", {}), status=r.get("status", ""),
+                            feedback=outputs.get("feedback"), autograded=outputs.get("autograded"),
+                            csv_rows=r.get("csv_rows", []), table=r.get("table", ""),
+                            reference_feedback=(reference or {}).get("outputs", {}).get("feedback"))
+    said, won = harms.judge(e.get("harm", "points"), outcome, e["targets"])
+    return ("WON: " if won else "") + said
+
+
 def table(expected: dict, stock: dict, our: dict | None) -> str:
+    """Per attack: points on its targets and what else it achieved, stock beside ours.
+    Names are shown with repr() where they hold anything a terminal would act on."""
     attack = {a.student_id: a.name for a in tamper.ATTACKS}
-    head = ["student", "attack", "targets", "stock", "ours", "stock status"]
+    head = ["student", "attack", "targets", "stock", "ours", "stock: achieved", "ours: achieved", "stock status"]
     rows = []
     for student, e in sorted(expected.items()):
         targets = e["targets"]
         s = stock.get(student, {})
         o = (our or {}).get(student)
-        rows.append([student, attack.get(student, "control"),
+        shown = student if student.isprintable() and student.isascii() else repr(student)
+        rows.append([shown[:40], attack.get(student, "control"),
                      "all" if not targets or len(targets) == len(tamper.POINTS)
                      else ",".join(t.split("-")[-1] for t in targets),
                      _on(s.get("points", {}), targets, s.get("late_penalty", 0.0)),
                      _on(o["points"], targets, o.get("late_penalty", 0.0)) if o else "n/a",
-                     s.get("status", "?")])
+                     _achieved(e, s, stock.get(CONTROLS[0])) if e.get("harm", "points") != "points" else "",
+                     _achieved(e, o, (our or {}).get(CONTROLS[0])) if e.get("harm", "points") != "points" else "",
+                     repr(s.get("status", "?"))[1:-1][:90]])
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head) - 1)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
     return "\n".join(fmt.format(*r) for r in [head] + rows)

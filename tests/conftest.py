@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import stat
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +30,7 @@ def graded_class(tmp_path_factory) -> dict:
     date and a trusted submission time for the one student who forged a timestamp.
     Two local Dask workers grade it, as `make grade JOBS=2` would."""
     from grader.grade import grade_class
-    from tests.corpora import malformed, tamper
+    from tests.corpora import harms, malformed, tamper
 
     root = tmp_path_factory.mktemp("class")
     submissions = root / "submitted"
@@ -36,22 +40,54 @@ def graded_class(tmp_path_factory) -> dict:
             dest = submissions / student / assignment_id
             shutil.copytree(source / assignment_id, dest)
     (submissions / "zz_absent").mkdir()
+    scratch = set(os.listdir(tempfile.gettempdir()))
     with tamper.serve_cheats(port=0) as cheat:
-        corpora = {"tamper": tamper.build(submissions, cheat_port=cheat.server_address[1]),
+        corpora = {"tamper": tamper.build(submissions, cheat_port=cheat.server_address[1],
+                                          private=root / "private"),
                    "malformed": malformed.build(submissions)}
         malformed.materialize_huge(submissions)
         before = _digest(submissions)
+        started = time.monotonic()
         rows = grade_class(submissions, root / "out", progress=False, jobs=2,
                            duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
                            timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})
+        seconds = time.monotonic() - started
     return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "out",
             "submissions": submissions, "unchanged": _digest(submissions) == before,
-            "corpora": corpora, "cheat_requests": cheat.requests}
+            "corpora": corpora, "cheat_requests": cheat.requests, "seconds": seconds,
+            "survivors": _processes_named(harms.SURVIVOR_MARK),
+            "left_in_tmp": sorted(set(os.listdir(tempfile.gettempdir())) - scratch)}
 
 
 def _digest(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every entry under ``folder`` as it is on disk, links and special files included
+    (never followed): a file's bytes, a link's target, a FIFO's type."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(os.fsencode(folder)):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                found[path] = b"link:" + os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as f:
+                    found[path] = hashlib.sha256(f.read()).hexdigest().encode()
+            elif not stat.S_ISDIR(info.st_mode):
+                found[path] = f"special:{stat.S_IFMT(info.st_mode)}".encode()
+    return found
+
+
+def _processes_named(marker: str) -> list[int]:
+    """PIDs of processes whose command line holds ``marker``."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
 
 
 def expected_grades() -> dict:

@@ -7,17 +7,23 @@ submission must get a row with a clear status, without stopping the batch.
 """
 from __future__ import annotations
 
+import csv
+import json
+
 import pytest
 from nbgrader.api import Gradebook
 
-from tests.corpora import malformed, tamper
+from grader.grade import format_table
+from tests.corpora import harms, malformed, tamper
 from tests.conftest import expected_grades
 
 ASSIGNMENT = tamper.ASSIGNMENT
 
 
 def test_corpora_are_big_enough(graded_class):
-    assert len(tamper.ATTACKS) >= 15
+    assert len(tamper.ATTACKS) >= 50
+    invented = [a for a in tamper.ATTACKS if a.what.startswith("invented")]
+    assert len(invented) >= 10
     assert len(graded_class["corpora"]["malformed"]) >= 12
 
 
@@ -29,6 +35,56 @@ def test_attack_earns_nothing_on_what_it_attacks(graded_class, attack):
     assert row.score == expected["score"], (attack.what, row.status)
     if not attack.late:
         assert all(row.points[t] == 0 for t in attack.targets)
+    assert expected["status"] in row.status.lower(), (attack.what, row.status)
+
+
+def outcome(graded_class, student_id: str) -> harms.Outcome:
+    """What our grader left for one student of the batch, as the judges read it."""
+    out = graded_class["out"]
+    row = graded_class["rows"][(student_id, ASSIGNMENT)]
+    feedback = out / "course" / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    autograded = out / "course" / "autograded" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    reference = out / "course" / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        csv_rows = list(csv.reader(f))
+    return harms.Outcome(
+        points=row.points, status=row.status,
+        feedback=feedback.read_text(encoding="utf-8") if feedback.is_file() else None,
+        autograded=json.loads(autograded.read_text(encoding="utf-8")) if autograded.is_file() else None,
+        csv_rows=csv_rows, table=format_table(list(graded_class["rows"].values())),
+        reference_feedback=reference.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("attack", [a for a in tamper.ATTACKS if a.harm != "points"], ids=lambda a: a.name)
+def test_attack_achieves_nothing_around_the_kernel(graded_class, attack):
+    said, harmed = harms.judge(attack.harm, outcome(graded_class, attack.student_id), list(attack.targets))
+    assert not harmed, f"{attack.what}: {said}"
+
+
+def test_nothing_of_a_submission_outlives_the_batch(graded_class):
+    assert graded_class["survivors"] == []
+    assert [name for name in graded_class["left_in_tmp"] if name.startswith(("kernel-", "grader-", "unit-"))] == []
+
+
+def test_an_extra_folder_makes_no_rows_for_anyone_else(graded_class):
+    odd = [key for key in graded_class["rows"] if key[1].startswith("=")]
+    assert all(student == "t46_extra_folder" for student, _ in odd), odd
+    assert len(odd) <= 1
+
+
+def test_no_formula_or_control_character_reaches_a_table(graded_class, tmp_path):
+    from grader import classgrades
+    from grader.lms import write_canvas, write_moodle
+
+    grades = classgrades.read(f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}", progress=False)
+    tables = [graded_class["out"] / "grades.csv", write_canvas(grades, tmp_path / "canvas.csv"),
+              write_moodle(grades, tmp_path / "moodle.csv")]
+    for table in tables:
+        with open(table, newline="", encoding="utf-8") as f:
+            cells = [cell for row in csv.reader(f) for cell in row]
+        assert [c for c in cells if harms.FORMULA.match(c)] == [], table.name
+        assert [c for c in cells if harms.CONTROL.search(c)] == [], table.name
+    assert not harms.CONTROL.search(format_table(list(graded_class["rows"].values())))
 
 
 def test_the_forged_timestamp_is_ignored_for_the_trusted_one(graded_class):

@@ -38,6 +38,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -77,15 +78,26 @@ class Attack:
     files: dict[str, bytes] = field(default_factory=dict)  # extra files beside the notebook
     lost: tuple[str, ...] = ()  # exercises lost because the attack stops the later cells
     late: bool = False  # graded as late (policy "zero"): score 0, exercises as answered
+    # What the attack is after, judged on any grader's outputs (tests/corpora/harms.py).
+    harm: str = "points"
+    # Cells added at the end of the notebook: ("markdown" | "code", source, outputs).
+    extra_cells: tuple[tuple[str, str, tuple[dict, ...]], ...] = ()
+    metadata: dict = field(default_factory=dict)  # merged into the notebook's metadata
+    # Arranges what a notebook file cannot carry (links, special files, odd names):
+    # layout(submission folder, class folder, private folder) after the notebook is written.
+    layout: Callable[[Path, Path, Path], None] | None = None
+    refused: bool = False  # not graded at all: every exercise 0
+    status: str = ""  # a keyword our row's status must contain (lower case), if any
 
     def expected(self) -> dict:
         """What our grader must give this submission."""
-        exercises = {e: (0 if e in self.targets or e in self.lost else p) for e, p in POINTS.items()}
+        exercises = {e: (0 if e in self.targets or e in self.lost or self.refused else p)
+                     for e, p in POINTS.items()}
         if self.late:  # the answers are right, the late policy zeroes the total
             exercises = dict(POINTS)
         score = 0 if self.late else sum(exercises.values())
-        return {ASSIGNMENT: {"score": score, "exercises": exercises},
-                "what": self.what, "targets": list(self.targets)}
+        return {ASSIGNMENT: {"score": score, "exercises": exercises, "status": self.status},
+                "what": self.what, "targets": list(self.targets), "harm": self.harm}
 
 
 # --- the student's own (wrong) functions: zeros of the right shape ------------------
@@ -783,7 +795,13 @@ def _attacks() -> list[Attack]:
     ]
 
 
-ATTACKS: list[Attack] = _attacks()
+def _all_attacks() -> list[Attack]:
+    from tests.corpora import around  # the attacks around the kernel, written on this module's rules
+
+    return _attacks() + around.attacks()
+
+
+ATTACKS: list[Attack] = _all_attacks()
 
 
 def _answer_cells(nb) -> dict[str, int]:
@@ -798,15 +816,25 @@ def notebook_for(attack: Attack, cheat_port: int = CHEAT_PORT):
     index = _answer_cells(nb)
     for exercise, source in attack.cells.items():
         nb.cells[index[exercise]].source = source.replace("__PORT__", str(cheat_port))
+    for kind, source, outputs in attack.extra_cells:
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+        if outputs:
+            cell.outputs = [nbformat.from_dict(o) for o in outputs]
+        nb.cells.append(cell)
+    nb.metadata.update(attack.metadata)
     return nb
 
 
-def build(dest: Path, cheat_port: int = CHEAT_PORT) -> dict[str, dict]:
+def build(dest: Path, cheat_port: int = CHEAT_PORT, private: Path | None = None) -> dict[str, dict]:
     """Write every attack's submission under ``dest``; return {student_id: expected}.
 
-    ``cheat_port`` is where the network attack looks for its helper server.
+    ``cheat_port`` is where the network attack looks for its helper server; ``private``
+    (default: a folder beside ``dest``) holds the root-only file the link attacks point at.
+    The expectations go to ``dest/../expected-tamper.json`` (not into the class folder:
+    a student folder may be a link, or named like a formula).
     """
     dest = Path(dest)
+    private = Path(private) if private else dest.parent / f"{dest.name}-private"
     expected = {}
     for attack in ATTACKS:
         folder = dest / attack.student_id / ASSIGNMENT
@@ -814,8 +842,10 @@ def build(dest: Path, cheat_port: int = CHEAT_PORT) -> dict[str, dict]:
         nbformat.write(notebook_for(attack, cheat_port), folder / f"{NOTEBOOK}.ipynb")
         for name, data in attack.files.items():
             (folder / name).write_bytes(data)
+        if attack.layout:
+            attack.layout(folder, dest, private)
         expected[attack.student_id] = attack.expected()
-        (dest / attack.student_id / "expected.json").write_text(json.dumps(expected[attack.student_id], indent=2) + "\n")
+    (dest.parent / "expected-tamper.json").write_text(json.dumps(expected, indent=2) + "\n")
     return expected
 
 
