@@ -305,6 +305,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         if not restart:
             self._remove_all()
 
+    # AsyncKernelManager binds this name to jupyter_client's own coroutine; nbclient calls
+    # it, and only it, for a kernel that died by itself (os._exit, out of memory)
+    cleanup_resources = _async_cleanup_resources
+
     def _remove_all(self) -> None:
         """Kill every process of the kernel's cgroup, remove the cgroup and the run folder;
         what cannot be removed is logged as an error and printed, never ignored."""
