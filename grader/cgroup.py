@@ -201,6 +201,7 @@ class Cgroup:
         try:
             for folder in dict.fromkeys(dirs.values()):  # cpu and cpuacct may share a hierarchy
                 folder.parent.mkdir(exist_ok=True)
+                _remove_stale(folder.parent)
                 folder.mkdir()
                 group.made.append(folder)
         except OSError as error:
@@ -330,6 +331,18 @@ class Cgroup:
                     time.sleep(0.05)
         self.made = []
         return left
+
+
+def _remove_stale(group: Path) -> None:
+    """Remove the empty cgroups left by grader processes that died (a worker restarted at a
+    unit's deadline, a killed run): their names carry the creator's PID, now gone."""
+    for folder in group.glob("kernel-*-*"):
+        try:
+            pid = int(folder.name.split("-")[1])
+            if pid != os.getpid() and not os.path.exists(f"/proc/{pid}") and not _read(folder / "cgroup.procs"):
+                folder.rmdir()
+        except (ValueError, OSError):
+            continue
 
 
 def _enable(folder: Path) -> None:
