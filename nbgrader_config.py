@@ -29,6 +29,18 @@ c.Execute.kernel_name = "python3"
 # nbgrader's default for Python kernels, plus: keep the kernel's own start-up notices
 # (e.g. about its loopback TCP transport) out of the instructor's terminal.
 c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
+# The kernel's limits hold for all its processes together, in a cgroup (grader/cgroup.py)
+# when the grader is root (else per process, after a loud warning): 4096 MiB of memory,
+# 256 processes, and one core's worth of CPU, so that a submission's background
+# processes cannot slow down a classmate graded beside it.
+c.SandboxedKernelManager.memory_mb = 4096
+c.SandboxedKernelManager.processes = 256
+c.SandboxedKernelManager.cpus = 1.0
+# One bound for a submission's whole unit of work (staging, execution, feedback), counted
+# on the worker (grader/parallel.py): past it the row says "not graded: grading took
+# longer than 300 s ..." and the worker is restarted. An honest unit takes well under a
+# minute: the notebook budget above plus the kernel's start-up and the feedback.
+c.UnitLimits.seconds = 300
 # Grades are decided outside the student's kernel (grader/verify.py): questions go in
 # before execution, answers are judged after it; the kernel runs sandboxed
 # (grader/sandbox.py) with a notebook time budget and output limits (grader/execute.py).

@@ -3,10 +3,17 @@
 On top of nbgrader's per-cell time limit, ``BudgetedExecute``
 
 - runs the kernel in ``grader.sandbox.SandboxedKernelManager``;
-- limits each cell's CPU time (a watchdog reading the kernel's /proc entry stops the
-  kernel past ``cell_cpu_seconds``), on top of RLIMIT_CPU for the whole kernel;
-- gives the whole notebook a time budget: each cell's limit is cut to what is left,
-  so an endless loop called from several cells costs one budget, not a limit per cell;
+- limits each cell's CPU time, counted for all the kernel's processes together (its
+  cgroup's count, or its process tree's): a watchdog stops the kernel past
+  ``cell_cpu_seconds``, so background processes cannot hide their CPU from it;
+- gives the whole notebook a time budget, counted from the moment the kernel is
+  ready: each cell's limit is cut to what is left (rounded up to a whole second), and
+  once it is spent the remaining cells are not run ("not run: the notebook's time
+  budget ... was spent"). Execution therefore ends within the budget plus about one
+  cell's rounding and the interrupt's grace (nbclient's ``iopub_timeout``), however
+  many cells there are; an endless loop called from several cells costs one budget;
+- passes markdown and raw cells by without a round trip through the event loop
+  (tens of thousands of them cost milliseconds, not seconds);
 - caps output in bytes per cell and per notebook (nbgrader counts lines, so one huge
   line would pass): past the cap, output is dropped and the cell is interrupted;
 - survives a kernel that dies or will not stop: the cell gets a plain-language
@@ -19,6 +26,7 @@ What happened to a cell is recorded, for the verdicts, in
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 from nbclient.util import run_sync
@@ -44,7 +52,8 @@ def _size(msg: dict) -> int:
 class BudgetedExecute(Execute):
     """nbgrader's ``Execute`` in a sandbox, with a notebook time budget and byte limits."""
 
-    notebook_timeout = Integer(60, help="Seconds of execution allowed for a whole notebook.").tag(config=True)
+    notebook_timeout = Integer(60, help="Seconds of execution allowed for a whole notebook, from the moment "
+                                        "its kernel is ready; cells left when it is spent are not run.").tag(config=True)
     cell_output_kb = Integer(2048, help="Output kept per cell, KiB.").tag(config=True)
     notebook_output_kb = Integer(8192, help="Output kept per notebook, KiB.").tag(config=True)
     cell_cpu_seconds = Integer(90, help="CPU seconds (all threads) a cell may use; the kernel's "
@@ -55,7 +64,7 @@ class BudgetedExecute(Execute):
         super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, *args, **kwargs):
-        self._deadline = time.monotonic() + self.notebook_timeout
+        self._deadline = None  # set once the kernel is ready: start-up has its own limit
         self._stopped: str | None = None
         self._notebook_bytes = self._cell_bytes = 0
         self._cell_over = False
@@ -64,7 +73,8 @@ class BudgetedExecute(Execute):
 
     async def async_start_new_kernel_client(self):
         kc = await super().async_start_new_kernel_client()
-        self.km.seal()
+        self.km.seal()  # before any cell runs
+        self._deadline = time.monotonic() + self.notebook_timeout
         return kc
 
     # nbclient binds its sync wrappers to its own coroutines: rebind them to ours
@@ -74,12 +84,21 @@ class BudgetedExecute(Execute):
         timeout = super()._get_timeout(cell)
         if cell is None or getattr(self, "_deadline", None) is None:
             return timeout
-        remaining = max(1, int(self._deadline - time.monotonic()))
+        # a cell started with budget left gets at most the rest, rounded up to a second
+        remaining = max(1, math.ceil(self._deadline - time.monotonic()))
         return remaining if timeout is None else min(timeout, remaining)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code" or not cell.source.strip():  # nothing to run: skip the event loop
+            self._check_assign_resources(resources)
+            return cell, self.resources
+        return super().preprocess_cell(cell, resources, index)
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if cell.cell_type != "code" or not cell.source.strip():
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        if not self._stopped and self._deadline is not None and time.monotonic() >= self._deadline:
+            self._stopped = f"the notebook's time budget ({self.notebook_timeout} s) was spent"
         if self._stopped:
             cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
             self._events[cell_index] = f"not run: {self._stopped}"

@@ -10,20 +10,48 @@ Results are handed back as they complete. A unit whose worker dies is run again 
 another worker by Dask's scheduler; past ``distributed.scheduler.allowed-failures``
 deaths, or when the unit raises, it comes back as a one-line reason instead of a
 result, and the batch goes on.
+
+Each unit (staging, execution, feedback) has one deadline, ``UnitLimits.seconds``,
+counted from the moment a worker starts executing it (workers are asked which units
+they execute, every ``POLL`` seconds). A unit past it is cancelled, comes back as
+"grading took longer than N s ...", and its worker is restarted (its nanny starts a
+fresh process; the sandbox's kernel dies with the old one): a thread cannot be
+stopped from outside, so the process goes.
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import dask
-from distributed import Client, KilledWorker, LocalCluster, as_completed
-from tqdm import tqdm
+import time
 
+import dask
+from distributed import Client, KilledWorker, LocalCluster, wait
+from tqdm import tqdm
+from traitlets import Integer
+from traitlets.config import Configurable
+
+from . import course
 from .unit import Settings, grade_submission
+
+POLL = 2.0  # seconds between asking the workers which units they are executing
+log = logging.getLogger(__name__)
+
+
+class UnitLimits(Configurable):
+    """The bound of one unit of work, set in nbgrader_config.py (``c.UnitLimits.seconds``)."""
+
+    seconds = Integer(300, help="Wall seconds one submission's whole unit (staging, execution, feedback) "
+                                "may take on a worker; 0: no limit.").tag(config=True)
+
+
+def unit_seconds() -> int:
+    """The configured deadline of one unit, seconds (0: none)."""
+    return UnitLimits(config=course.load_config()).seconds
 
 
 class EngineUnavailable(RuntimeError):
@@ -66,27 +94,78 @@ def client(jobs: int | None = None, scheduler: str | None = None) -> Iterator[Cl
 
 
 def run(units: list[Unit], jobs: int | None = None, scheduler: str | None = None,
-        progress: bool = True) -> Iterator[tuple[Unit, dict | str]]:
+        progress: bool = True, deadline: float | None = None,
+        work: Callable = grade_submission) -> Iterator[tuple[Unit, dict | str]]:
     """Grade ``units``; yield (unit, result) as each completes, under a progress bar.
 
     The result is ``grade_submission``'s dict, or a one-line reason (str) when the
-    unit raised or its worker died more often than Dask allows. Every unit is
-    yielded exactly once.
+    unit raised, its worker died more often than Dask allows, or it ran past
+    ``deadline`` seconds (default ``UnitLimits.seconds``; 0: none). Every unit is
+    yielded exactly once. ``work`` is what a worker runs (tests pass a stand-in).
     """
     if not units:
         return
+    deadline = unit_seconds() if deadline is None else deadline
     with client(jobs, scheduler) as c:
         futures = {}
         for unit in units:
             files = unit.files() if callable(unit.files) else unit.files
-            future = c.submit(grade_submission, files, unit.student_id, unit.assignment_id, unit.settings,
+            future = c.submit(work, files, unit.student_id, unit.assignment_id, unit.settings,
                               key=f"grade-{unit.assignment_id}-{unit.student_id}", pure=False)
             futures[future] = unit
-        bar = tqdm(as_completed(futures), total=len(futures), desc="grading", unit="submission",
-                   disable=not progress)
-        for future in bar:
-            yield futures[future], _outcome(future)
-            future.release()
+        with tqdm(total=len(futures), desc="grading", unit="submission", disable=not progress) as bar:
+            pending, started = set(futures), {}
+            while pending:
+                try:
+                    done, _ = wait(list(pending), timeout=POLL if deadline else None, return_when="FIRST_COMPLETED")
+                except TimeoutError:  # none completed within POLL
+                    done = {f for f in pending if f.done()}
+                for future in done:
+                    pending.discard(future)
+                    bar.update()
+                    yield futures[future], _outcome(future)
+                    future.release()
+                if deadline and pending:
+                    for future, worker in _overdue(c, pending, started, deadline):
+                        pending.discard(future)
+                        future.cancel()
+                        _restart(c, worker)
+                        bar.update()
+                        yield futures[future], (f"grading took longer than {deadline:g} s (staging, running "
+                                                "and feedback together), so it was stopped")
+
+
+def _overdue(c: Client, pending: set, started: dict, deadline: float) -> list[tuple[object, str]]:
+    """The pending futures that a worker has executed for longer than ``deadline``, with that worker."""
+    try:
+        executing = c.run(_executing)  # worker address -> keys it executes now
+    except Exception as error:  # a worker going away mid-call: ask again next time
+        log.debug("could not ask the workers what they execute: %s", error)
+        return []
+    now, late = time.monotonic(), []
+    by_key = {f.key: f for f in pending}
+    for worker, keys in executing.items():
+        for key in keys:
+            if key in by_key:
+                started.setdefault(key, now)
+                if now - started[key] > deadline:
+                    late.append((by_key[key], worker))
+    return late
+
+
+def _executing(dask_worker) -> list[str]:
+    return [ts.key for ts in dask_worker.state.tasks.values() if ts.state == "executing"]
+
+
+def _restart(c: Client, worker: str) -> None:
+    """Restart ``worker``'s process; say loudly if that is impossible (a worker without a nanny)."""
+    try:
+        c.restart_workers([worker], timeout=60)
+    except Exception as error:
+        message = (f"could not restart the Dask worker {worker} after a unit ran past its deadline "
+                   f"({type(error).__name__}: {error}); it may stay busy until that unit ends")
+        log.error(message)
+        print(f"ERROR: {message}", file=sys.stderr)
 
 
 def _outcome(future) -> dict | str:

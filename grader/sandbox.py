@@ -14,9 +14,27 @@ It starts the kernel through Debian's ``bwrap`` with:
 - rlimits (``prlimit``): address space, processes, CPU seconds, file size, no core
   dumps; run as a throwaway unprivileged uid when the grader is root, so that the
   process limit holds;
+- a cgroup (``grader.cgroup``, when the grader is root) holding the kernel and all it
+  starts, from its first instruction: memory, processes and a CPU quota (``cpus``)
+  for all of them together, their CPU seconds for the cell watchdog, and one kill of
+  them all at shutdown. Without one, a loud warning: the rlimits then hold per process;
 - ZeroMQ over Unix sockets (IPC transport) in a private directory, the only path
-  between kernel and grader; the grader makes it read-only once the kernel is up
-  (when grading as root), and caps the size of every message it accepts.
+  between kernel and grader; the grader makes it read-only (when grading as root)
+  once the sockets exist, before any cell runs, and caps the size of every message
+  it accepts. The connection file is root's and mounted read-only.
+
+Nothing the student submitted runs at start-up or shadows a module. The kernel
+starts in an empty read-only folder (``START``) with ``PYTHONSAFEPATH`` (no script or
+working folder at the head of ``sys.path``) and IPython's ``ignore_cwd`` (no ``''``
+in it). Once it is up, its start-up code (``exec_lines``, before any request is
+served) changes to the working folder, so data files open by relative path, and
+appends that folder at the END of ``sys.path``: a student's helper module imports,
+but a submitted ``numpy.py``, ``site.py`` or ``ipykernel_launcher.py`` is found only
+after the real one. (It still runs if the notebook itself imports a name nothing
+else provides; that is the student's code running in the student's kernel.)
+
+Clean-up removes the kernel's folder with ``rm -rf --one-file-system`` (any depth,
+any modes) and says loudly what it could not remove.
 
 Without bwrap the kernel runs with rlimits only, after a loud warning, unless
 ``require_sandbox`` is set, in which case grading refuses to start a kernel.
@@ -28,6 +46,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -36,28 +55,44 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Bool, Integer
+from traitlets import Bool, Enum, Float, Integer, Unicode
 
 import coursekit
 
+from .cgroup import Cgroup, CgroupUnavailable
 from .course import ASSETS
 
 WORK = "/home/student/work"
+START = "/run/kernel-start"  # empty and read-only: the kernel's working folder while it starts
 FILES = "/home/student/submission"
 FONTS = "/home/student/.font-cache"
 _MB = 1024 * 1024
 _warned = False
+_warned_cgroup = False
+# run once the kernel is up, before it serves any request; names nothing in the user namespace
+STARTUP = (f"__import__('os').chdir({WORK!r}); __import__('sys').path.append({WORK!r})")
 
 
 class SandboxUnavailable(RuntimeError):
-    """bwrap is missing and ``require_sandbox`` is set."""
+    """bwrap is missing and ``require_sandbox`` is set, or cgroups are unusable and
+    ``require_cgroups`` is set."""
 
 
 class SandboxedKernelManager(AsyncKernelManager):
     """An ``AsyncKernelManager`` whose kernels start inside a bubblewrap sandbox."""
 
-    memory_mb = Integer(4096, help="Address-space limit of the kernel (RLIMIT_AS), MiB.").tag(config=True)
-    processes = Integer(256, help="Processes and threads the kernel's uid may have (RLIMIT_NPROC).").tag(config=True)
+    memory_mb = Integer(4096, help="Memory of the kernel, MiB: for all its processes together (cgroup), "
+                                   "and the address space of each (RLIMIT_AS).").tag(config=True)
+    processes = Integer(256, help="Processes and threads of the kernel together (cgroup pids.max, and "
+                                  "RLIMIT_NPROC of its uid).").tag(config=True)
+    cpus = Float(1.0, help="CPU quota of all the kernel's processes together, in cores (cgroup); "
+                           "0: no quota.").tag(config=True)
+    cgroups = Enum(["auto", "v2", "v1", "off"], default_value="auto",
+                   help="Which cgroup hierarchy holds each kernel: auto (v2 if usable, else v1), v2, "
+                        "v1, or off (rlimits only, per process).").tag(config=True)
+    cgroup_parent = Unicode("", help="cgroup v2 folder under which kernels' cgroups are made (one "
+                                     "delegated to the grader); empty: found at run time.").tag(config=True)
+    require_cgroups = Bool(False, help="Refuse to grade when no cgroup can hold the kernel.").tag(config=True)
     cpu_seconds = Integer(180, help="CPU seconds for the whole kernel (RLIMIT_CPU), all threads.").tag(config=True)
     file_size_mb = Integer(128, help="Largest file the kernel may write (RLIMIT_FSIZE), MiB.").tag(config=True)
     scratch_mb = Integer(256, help="Size of each writable tmpfs (working directory, /tmp), MiB.").tag(config=True)
@@ -68,22 +103,51 @@ class SandboxedKernelManager(AsyncKernelManager):
     _run_dir: str | None = None
     _uid: int | None = None
     _files: str | None = None
+    _sockets: str | None = None
+    cgroup: Cgroup | None = None
 
     # --- set-up -----------------------------------------------------------------
 
     async def _async_pre_start_kernel(self, **kw):
+        # run_dir (root, 0711): connection.json (root:kernel 0440, mounted read-only),
+        # sockets/ (the kernel's until seal(), then root's), files/ (read-only copy)
         self._run_dir = tempfile.mkdtemp(prefix="kernel-")
+        os.chmod(self._run_dir, 0o711)
+        self._sockets = os.path.join(self._run_dir, "sockets")
+        os.mkdir(self._sockets, 0o700)
         self.transport = "ipc"
-        self.ip = os.path.join(self._run_dir, "k")
+        self.ip = os.path.join(self._sockets, "k")
         self.connection_file = os.path.join(self._run_dir, "connection.json")
-        self._files = self._stage_files(kw.get("cwd"))
-        if os.geteuid() == 0 and bwrap():
-            self._uid = 200_000 + secrets.randbelow(100_000)
         try:
+            self._files = self._stage_files(kw.get("cwd"))
+            if os.geteuid() == 0 and bwrap():
+                self._uid = 200_000 + secrets.randbelow(100_000)
+            self.cgroup = self._make_cgroup()  # before the command is formatted: it joins the group
             return await super()._async_pre_start_kernel(**kw)
         except BaseException:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._remove_all()
             raise
+
+    def _make_cgroup(self) -> Cgroup | None:
+        """The kernel's cgroup, or None (after a loud warning) when none can be made.
+
+        Raises:
+            SandboxUnavailable: none can be made and ``require_cgroups`` is set.
+        """
+        if self.cgroups == "off":
+            why = "cgroups are turned off (SandboxedKernelManager.cgroups = 'off')"
+        elif os.geteuid() != 0:
+            why = "the grader is not root, and only root may create cgroups"
+        else:
+            try:
+                return Cgroup.create(self.memory_mb, self.cpus, self.processes,
+                                     kind=self.cgroups, parent=self.cgroup_parent)
+            except (CgroupUnavailable, OSError) as error:
+                why = f"no cgroup could be made ({error})"
+        if self.require_cgroups:
+            raise SandboxUnavailable(f"{why}; unset require_cgroups to grade with per-process rlimits")
+        _warn_no_cgroup(self.log, why)
+        return None
 
     def _stage_files(self, cwd: str | None) -> str:
         """The submission's non-notebook files, copied for the kernel to read."""
@@ -101,9 +165,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         return files
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        if self._uid is not None:  # the kernel's uid must read the connection file and bind its sockets
-            os.chown(self._run_dir, self._uid, self._uid)
-            os.chown(self.connection_file, self._uid, self._uid)
+        if self._uid is not None:  # the kernel reads the connection file and binds its sockets, nothing more
+            os.chown(self.connection_file, 0, self._uid)
+            os.chmod(self.connection_file, 0o440)
+            os.chown(self._sockets, self._uid, self._uid)
         kw["env"] = _kernel_env()
         # the kernel process's own stdout/stderr (start-up notices, os.write(1, ...)
         # floods) never reach the instructor's terminal; cell output goes over ZeroMQ
@@ -111,7 +176,12 @@ class SandboxedKernelManager(AsyncKernelManager):
         return await super()._async_launch_kernel(kernel_cmd, **kw)
 
     def format_kernel_cmd(self, extra_arguments=None):
-        cmd = super().format_kernel_cmd(extra_arguments)
+        """The launch command: [cgroup join], bwrap, copy of the files, setpriv, prlimit, kernel."""
+        cmd = [*super().format_kernel_cmd(extra_arguments),
+               "--IPKernelApp.ignore_cwd=True", f"--IPKernelApp.exec_lines={STARTUP}"]
+        return self.cgroup.wrap(self._sandbox_cmd(cmd)) if self.cgroup else self._sandbox_cmd(cmd)
+
+    def _sandbox_cmd(self, cmd: list[str]) -> list[str]:
         limits = ["prlimit", f"--as={self.memory_mb * _MB}", f"--nproc={self.processes}",
                   f"--cpu={self.cpu_seconds}", f"--fsize={self.file_size_mb * _MB}", "--core=0", "--"]
         path = bwrap()
@@ -149,24 +219,44 @@ class SandboxedKernelManager(AsyncKernelManager):
         readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent),
                     str(ASSETS)}
         # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
-        parents = {str(p) for path in readable | {self._run_dir} for p in Path(path).parents}
+        parents = {str(p) for path in readable | {self._sockets} for p in Path(path).parents}
         for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):
             args += ["--perms", "0755", "--dir", folder]
         for path in sorted(readable, key=len):
             args += ["--ro-bind", path, path]
+        # only the connection file (read-only) and the socket folder of the run folder
         args += ["--ro-bind", self._files, FILES,
                  "--ro-bind-try", _font_cache(), FONTS,
-                 "--bind", self._run_dir, self._run_dir,
-                 "--chdir", WORK]
+                 "--ro-bind", self.connection_file, self.connection_file,
+                 "--bind", self._sockets, self._sockets,
+                 "--perms", "0555", "--dir", START,
+                 "--chdir", START]
         return args
 
     # --- after start --------------------------------------------------------------
 
-    def seal(self) -> None:
-        """Once the kernel's sockets exist, take away its write access to their folder."""
-        if self._uid is not None and self._run_dir:
-            os.chown(self._run_dir, 0, 0)
-            os.chmod(self._run_dir, 0o755)
+    def seal(self) -> list[str]:
+        """Once the kernel's sockets exist, and before any cell runs, take away its write
+        access to their folder (root only; without root its uid is ours).
+
+        Returns what the folder held besides the kernel's sockets (names), removed: it
+        should be empty, since nothing of the student's runs while the kernel starts.
+        """
+        if self._uid is None or not self._sockets:
+            return []
+        os.chown(self._sockets, 0, 0)
+        os.chmod(self._sockets, 0o755)
+        extra = []
+        with os.scandir(self._sockets) as entries:
+            for entry in entries:
+                if not (entry.name.startswith("k-") and stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode)):
+                    extra.append(entry.name)
+        if extra:
+            self.log.error("the kernel wrote %d unexpected entries in its socket folder while it "
+                           "started; removed: %s", len(extra), ", ".join(map(repr, extra[:5])))
+            for name in extra:
+                remove_tree(os.path.join(self._sockets, name), self.log)
+        return extra
 
     def kernel_pid(self) -> int | None:
         """The host PID of the kernel's Python process (below bwrap, setpriv and prlimit)."""
@@ -184,14 +274,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         return None
 
     def cpu_time(self) -> float | None:
-        """CPU seconds (all threads) the kernel's process has used, or None if it is gone."""
-        pid = self.kernel_pid()
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, TypeError, ValueError, IndexError):
+        """CPU seconds used by all the kernel's processes together (its cgroup's count;
+        without one, the kernel's process tree's, children reaped or alive), or None
+        once the kernel is gone."""
+        process = getattr(self.provisioner, "process", None)
+        if process is None or process.poll() is not None:
             return None
+        if self.cgroup is not None:
+            return self.cgroup.cpu_seconds()
+        return _tree_cpu(process.pid)
 
     def client(self, **kwargs):
         # a context whose sockets drop any message above the cap (output floods)
@@ -211,9 +302,82 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
-        if self._run_dir and not restart:
-            shutil.rmtree(self._run_dir, ignore_errors=True)
+        if not restart:
+            self._remove_all()
+
+    # AsyncKernelManager binds this name to jupyter_client's own coroutine; nbclient calls
+    # it, and only it, for a kernel that died by itself (os._exit, out of memory)
+    cleanup_resources = _async_cleanup_resources
+
+    def _remove_all(self) -> None:
+        """Kill every process of the kernel's cgroup, remove the cgroup and the run folder;
+        what cannot be removed is logged as an error and printed, never ignored."""
+        problems = []
+        if self.cgroup is not None:
+            alive = self.cgroup.kill()
+            if alive:
+                problems.append(f"{len(alive)} processes of the kernel survived SIGKILL: {sorted(alive)[:10]}")
+            problems += [f"cgroup {p}" for p in self.cgroup.remove()]
+            self.cgroup = None
+        if self._run_dir:
+            problems += remove_tree(self._run_dir, self.log)
             self._run_dir = None
+        for problem in problems:
+            message = f"sandbox clean-up: {problem}"
+            self.log.error(message)
+            print(f"ERROR: {message}", file=sys.stderr)
+
+
+def remove_tree(path: str, log: logging.Logger | None = None) -> list[str]:
+    """Remove ``path`` and all under it, however deep and whatever its modes.
+
+    GNU ``rm -rf --one-file-system`` walks the tree with file descriptors (no depth
+    limit, no path-length limit; Python 3.11's rmtree recurses and, with
+    ignore_errors, gives up silently), and never crosses into a mount. When it fails
+    (folders made unreadable by a kernel running under our own uid), modes are reset
+    with ``chmod -R`` and it tries again.
+
+    Returns one line per problem (empty when ``path`` is gone).
+    """
+    if not os.path.lexists(path):
+        return []
+    for attempt in range(2):
+        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", path],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if not os.path.lexists(path):
+            return []
+        if attempt == 0:
+            subprocess.run(["chmod", "-R", "u+rwx", "--", path], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    left = sum(1 for _ in _walk(path))
+    errors = done.stderr.strip().splitlines()
+    return [f"could not remove {path}: {left} entries left ({errors[0] if errors else 'rm failed'})"]
+
+
+def _walk(path: str):
+    for root, dirs, files in os.walk(path):
+        yield from dirs + files
+
+
+def _tree_cpu(pid: int) -> float | None:
+    """CPU seconds of ``pid`` and its living descendants, with their reaped children's."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            if p == pid:
+                return None
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def bwrap() -> str | None:
@@ -242,6 +406,11 @@ def _kernel_env() -> dict[str, str]:
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         "LANG": "C.UTF-8",
         "PYTHONNOUSERSITE": "1",
+        # no script folder or working folder at the head of sys.path, in the kernel and
+        # in any Python it starts: a submitted file shadows nothing (see the module doc)
+        "PYTHONSAFEPATH": "1",
+        # the coursekit the sandbox mounts, whatever an editable install's finder says
+        "PYTHONPATH": str(Path(coursekit.__file__).parent.parent),
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
     }
 
@@ -253,5 +422,18 @@ def _warn_unsandboxed(log: logging.Logger) -> None:
         message = ("bubblewrap (bwrap) is not installed: student code runs WITHOUT a sandbox "
                    "(rlimits only). It can read the course folder and the gradebook and use the "
                    "network. Install it: apt-get install bubblewrap")
+        log.warning(message)
+        print(f"WARNING: {message}", file=sys.stderr)
+
+
+def _warn_no_cgroup(log: logging.Logger, why: str) -> None:
+    global _warned_cgroup
+    if not _warned_cgroup:
+        _warned_cgroup = True
+        message = (f"{why}: the kernel's memory, process and CPU limits hold PER PROCESS "
+                   "(rlimits), not for all its processes together. One submission's processes "
+                   "can take the CPU of a classmate graded beside it, and its children may each "
+                   "use the memory limit. Grade as root on a machine with cgroups (v2, or v1 "
+                   "memory, cpu and pids controllers).")
         log.warning(message)
         print(f"WARNING: {message}", file=sys.stderr)

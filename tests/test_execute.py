@@ -1,9 +1,12 @@
 """BudgetedExecute on small notebooks: every way a cell can misbehave ends in a recorded event."""
 from __future__ import annotations
 
+import os
+import time
+
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from grader.execute import BudgetedExecute
 
@@ -42,10 +45,21 @@ def test_output_over_the_byte_limit_is_cut_and_the_cell_interrupted(tmp_path, fl
     assert nb.cells[1].outputs[0].text == "after\n"  # interrupted, not killed: the kernel goes on
 
 
-def test_kernel_exit_keeps_earlier_outputs(tmp_path):
+def test_kernel_exit_keeps_earlier_outputs_and_leaves_nothing(tmp_path, monkeypatch):
+    import tempfile
+
+    import grader.sandbox as sandbox
+
+    made, mkdtemp = [], tempfile.mkdtemp
+    monkeypatch.setattr(sandbox.tempfile, "mkdtemp", lambda **kw: made.append(mkdtemp(**kw)) or made[-1])
+    removed = []
+    monkeypatch.setattr(sandbox.Cgroup, "remove", lambda self, real=sandbox.Cgroup.remove: removed.append(self) or real(self))
     nb, events = _run(tmp_path, "print('before')", "import os; os._exit(0)", "print('after')")
     assert nb.cells[0].outputs[0].text == "before\n"
     assert "kernel stopped" in events[1] and events[2].startswith("not run")
+    # nbclient does not shut a dead kernel down: its run folder and cgroup go all the same
+    assert len(made) == 1 and not os.path.exists(made[0])
+    assert all(not d.exists() for g in removed for d in g.dirs.values()) and len(removed) == (os.geteuid() == 0)
 
 
 def test_a_cell_that_ignores_the_interrupt_is_killed(tmp_path):
@@ -53,3 +67,46 @@ def test_a_cell_that_ignores_the_interrupt_is_killed(tmp_path):
                       "print('after')", timeout=3, cell_cpu_seconds=600)
     assert "ignored the interrupt" in events[0]
     assert events[1].startswith("not run")
+
+
+def test_cpu_of_the_kernels_children_counts_for_the_cell(tmp_path):
+    # the kernel itself only waits; a child spins (the old watchdog read the kernel's own /proc entry)
+    nb, events = _run(tmp_path, "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'while True: pass'])",
+                      "print('after')", cell_cpu_seconds=1, timeout=30)
+    assert "of CPU time" in events[0] and events[1].startswith("not run")
+
+
+def test_the_notebook_budget_cannot_be_outrun_by_many_short_cells(tmp_path):
+    nb = new_notebook(cells=[new_code_cell("import time; time.sleep(0.9)") for _ in range(20)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = BudgetedExecute(kernel_name="python3", notebook_timeout=3)
+    resources = {"metadata": {"path": str(tmp_path)}}
+    nb, resources = executor.preprocess(nb, resources)
+    spent = time.monotonic() - (executor._deadline - 3)  # since the kernel was ready
+    events = resources["attention_course"]["events"]
+    not_run = [i for i, e in events.items() if e == "not run: the notebook's time budget (3 s) was spent"]
+    assert spent < 3 + 5, spent  # the budget, a second's rounding, the interrupt's grace
+    assert len(not_run) >= 14 and not_run == list(range(20 - len(not_run), 20))
+    assert nb.cells[-1].outputs[0].ename == "NotRun"
+
+
+def test_many_markdown_cells_cost_little(tmp_path):
+    cells = [new_markdown_cell(f"note {i}") for i in range(20_000)] + [new_code_cell("print('ran')")]
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    executor = BudgetedExecute(kernel_name="python3")
+    started = time.monotonic()
+    original = executor.preprocess_cell
+    timings = []
+
+    def timed(cell, resources, index):
+        t = time.monotonic()
+        out = original(cell, resources, index)
+        if cell.cell_type == "markdown":
+            timings.append(time.monotonic() - t)
+        return out
+
+    executor.preprocess_cell = timed
+    nb, _ = executor.preprocess(nb, {"metadata": {"path": str(tmp_path)}})
+    assert nb.cells[-1].outputs[0].text == "ran\n"
+    assert sum(timings) < 2, (sum(timings), time.monotonic() - started)  # was ~0.5 ms a cell: 10 s
