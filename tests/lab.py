@@ -9,6 +9,11 @@ https://playwright.dev/python/docs/api/class-browsertype (``executable_path``,
 ``jp-RenderedMarkdown``, ``jp-RenderedImage``) and ``LabApp.expose_app_in_browser``, the
 hook JupyterLab's own Playwright tests (Galata) use; nbgrader 0.9.6's lab extension for
 the Validate button and its "Validation Results" dialog.
+
+For issue 21 it also builds a small attacking class (``attacking_class``), serves a
+grading workspace to formgrader (``serve_workspace``) and opens a page while recording
+its dialogs, console, requests and script-set globals, with everything off this machine
+blocked (``visit_page``: Playwright's ``page.route`` and ``page.on``).
 """
 from __future__ import annotations
 

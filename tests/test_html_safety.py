@@ -444,3 +444,22 @@ def test_the_report_s_policy_allows_its_own_style_and_nothing_else():
     digest = base64.b64encode(hashlib.sha256(report.STYLE.encode()).digest()).decode()
     assert policy.startswith("default-src 'none';") and f"style-src 'sha256-{digest}'" in policy
     assert "script-src" not in policy and "unsafe" not in policy and "img-src 'self'" in policy
+
+
+def test_an_instructor_s_manual_comment_stays_markdown_and_is_cleaned():
+    nb = graded(honest(cells=9), message="f(a) returned the wrong shape")
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.metadata.nbgrader["comment"] = ("Nice work: see **section 2** and [the docs](https://numpy.org/doc/).\n\n"
+                                           "<script>alert(1)</script> ![x](http://203.0.113.9/c.png)")
+    page = feedback_page(nb)
+    assert '<strong>section 2</strong>' in page and '<a href="https://numpy.org/doc/">the docs</a>' in page
+    assert not active_content(page, feedback_page(graded(honest(cells=9), message="f(a) returned the wrong shape")))
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown as text, not run
+
+
+@pytest.mark.parametrize("student", ['<img src=x onerror="window.__pwned=1">', "a</a><script>alert(1)</script>"])
+def test_formgrader_shows_a_hostile_student_id_as_text(student):
+    nb = graded(honest(cells=9), message="f(a) returned the wrong shape")
+    page = formgrade_page(nb, student=student)
+    assert not active_content(page, formgrade_page(nb))
+    assert student in readable(page)[0]
