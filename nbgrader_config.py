@@ -83,3 +83,18 @@ c.LateSubmissionPlugin.penalty_method = "zero"
 # The secret that seeds every student's hidden inputs (grader/verify.py). Created on
 # first use; keep it out of the repository and readable by the grader only.
 # c.CourseSecret.secret_file = "/home/instructor/.attention-course-secret"
+
+# Every HTML page nbconvert makes from the workspace (the feedback, formgrader's view of
+# an autograded notebook) treats what a student wrote as data (grader/sanitize.py):
+# markdown, the graders' comments and text/html or text/markdown outputs keep prose,
+# headings, tables, math and data: images and lose scripts, event handlers, embeds,
+# forms, styles and any URL that would fetch something; JavaScript and widget outputs
+# are dropped; image sizes are numbers; SVG stays an <img> (no script runs in one).
+# Formgrader builds HTMLExporter(config=...) from this file, nbgrader's feedback too.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.skip_svg_encoding = False
+c.HTMLExporter.filters = {
+    "clean_html": "grader.sanitize.clean_html",
+    "markdown2html": "grader.sanitize.MarkdownToSafeHTML",
+}
+c.HTMLExporter.preprocessors = ["grader.sanitize.SanitizeOutputs"]

@@ -3,6 +3,11 @@
 nbgrader's feedback would show each failed test cell's traceback: hidden test code
 and grader internals. ``ExplainFailures`` replaces it with one line saying what went
 wrong and where to look, taken from the check's diagnosis.
+
+A diagnosis can quote the message of an exception the student's code raised, so it is
+student-controlled text: ``diagnose`` makes it one printable line (``sanitize.one_line``)
+and ``ExplainFailures`` hands it to nbgrader's feedback template as escaped text, never
+as markdown or HTML.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from nbgrader.utils import is_grade, is_solution
 from coursekit.probe import MIME
 
 from .course import exercise_id
+from .sanitize import NO_MATH, one_line, text_html
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -28,21 +34,37 @@ def diagnose(cell: NotebookNode, limits: str = "") -> str | None:
     """What went wrong in an executed test cell, in one line; None when it passed.
 
     ``limits`` describes the time limits for the timeout message, e.g. " (45 s a cell)".
+    The exception's name and message are the student's: only the first line of the
+    message is kept, as ``sanitize.one_line`` makes it (no control characters, at most
+    a few hundred characters), so the diagnosis is plain text wherever it is shown.
     """
     errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
-    if any(o.ename == "CellTimeoutError" for o in errors):
+    if any(o.get("ename") == "CellTimeoutError" for o in errors):
         # the interrupt that stops a timed-out cell also shows up as a KeyboardInterrupt
         return f"stopped at the time limit{limits}: is there an endless loop?"
     if not errors:
         return None
-    name, value = errors[0].ename, _ANSI.sub("", str(errors[0].evalue)).strip()
+    name = one_line(errors[0].get("ename", ""), 100)
+    value = _ANSI.sub("", str(errors[0].get("evalue", ""))).strip()
+    value = value.splitlines()[0] if value else ""
     if "NotImplementedError" in (name, value.split(":")[0]):
         return "not answered yet: the function still raises NotImplementedError"
     if name == "NameError":
-        return f"{value}: run the solution cell above, or restore it if it was deleted"
+        return one_line(f"{value}: run the solution cell above, or restore it if it was deleted")
     if name == "AssertionError":
-        return f"a visible test failed: {value.splitlines()[0] if value else '(no message)'}"
-    return f"{name}: {value.splitlines()[0] if value else ''}".strip()
+        return one_line(f"a visible test failed: {value or '(no message)'}")
+    return one_line(f"{name}: {value}")
+
+
+def comment_text(comment: str) -> str:
+    """An autograder comment (a diagnosis) as nbgrader's feedback template needs it.
+
+    The template renders ``metadata.nbgrader.comment`` with ``markdown2html`` and
+    nothing else. This returns one HTML block, ``<div class="tex2jax_ignore ...">``
+    around ``sanitize.text_html(comment)``: markdown leaves an HTML block alone, so
+    ``[x](...)``, ``*`` and ``$`` stay characters, and MathJax skips it.
+    """
+    return f'<div class="autograder-comment {NO_MATH}">{text_html(comment)}</div>'
 
 
 def verdict_of(cell: NotebookNode) -> dict | None:
@@ -57,7 +79,24 @@ class ExplainFailures(NbGraderPreprocessor):
     internals) are removed; a failed exercise gets its diagnosis. An error in any other
     cell (a figure drawn with a broken function) keeps only its last line, "Name: message":
     the learner sees what went wrong without the frames of the sandbox and the libraries.
+
+    nbgrader's ``GetGrades`` put each answer cell's comment in its metadata; the
+    autograder's comments (a diagnosis, "No response.") become ``comment_text``, plain
+    text; a comment an instructor wrote stays markdown (cleaned by ``grader.sanitize``
+    like every markdown of the page).
     """
+
+    def preprocess(self, nb, resources):
+        said = {"No response."}
+        for cell in nb.cells:
+            if is_test_cell(cell):
+                verdict = verdict_of(cell) or {}
+                said.add(verdict.get("diagnosis") if verdict else diagnose(cell))
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if isinstance(meta.get("comment"), str) and meta["comment"] in said:
+                meta["comment"] = comment_text(meta["comment"])
+        return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
         if is_test_cell(cell):
@@ -74,5 +113,5 @@ class ExplainFailures(NbGraderPreprocessor):
         elif cell.cell_type == "code":
             for output in cell.get("outputs", []):
                 if output.output_type == "error":
-                    output.traceback = [f"{output.ename}: {_ANSI.sub('', str(output.evalue)).strip()}"]
+                    output.traceback = [one_line(f"{output.get('ename', '')}: {output.get('evalue', '')}")]
         return cell, resources

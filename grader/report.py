@@ -11,10 +11,18 @@
 - ``canvas.csv`` and ``moodle.csv``: the grade table for an LMS import (``grader.lms``).
 
 A progress bar (tqdm, on stderr) runs while it works.
+
+Diagnoses can quote a student's exception message, and ids come from folder names:
+every such string is text. In the page it is escaped (``grader.sanitize.text_html``)
+and the page allows no script, no request elsewhere and no form (a
+Content-Security-Policy, first in ``<head>``); in the figures matplotlib draws it as
+it is (``parse_math=False``: a ``$`` starts no mathtext). Whatever a student wrote,
+the report is written.
 """
 from __future__ import annotations
 
-import html
+import base64
+import hashlib
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -22,9 +30,25 @@ from pathlib import Path
 
 from . import lms
 from .classgrades import ClassGrades, NoGrades, gradebook_url, mistake_key, read
+from .sanitize import one_line, text_html
 
 __all__ = ["NoGrades", "Mistake", "common_mistakes", "pass_rates", "write_report"]
 TOP_MISTAKES = 12
+# A Text object's parse_math=False draws "$" as a dollar sign (matplotlib >= 3.5).
+PLAIN = {"parse_math": False}
+STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}\n"
+         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}\n"
+         "img{max-width:100%}")
+
+
+def content_security_policy(style: str = STYLE) -> str:
+    """The report's policy: no script, plugin, frame, font or connection at all; images
+    from the report's own folder; only the page's own style sheet (by its hash); no
+    form, no <base>. Source: OWASP Content Security Policy Cheat Sheet; CSP Level 3
+    (a <meta http-equiv> policy, placed before anything it governs)."""
+    digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+    return (f"default-src 'none'; img-src 'self'; style-src 'sha256-{digest}'; "
+            "base-uri 'none'; form-action 'none'")
 
 
 @dataclass(frozen=True)
@@ -93,7 +117,7 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
         top = grades.max_score(assignment_id)
         scores = [s.score for s in grades.of(assignment_id)]
         ax.hist(scores, bins=[x - 0.5 for x in range(int(top) + 2)], color="#4878a8", edgecolor="white")
-        ax.set_title(f"{assignment_id} ({len(scores)} graded)", fontsize=9)
+        ax.set_title(f"{one_line(assignment_id, 60)} ({len(scores)} graded)", fontsize=9, **PLAIN)
         ax.set_xlabel(f"score (of {top:g})")
         ax.set_xlim(-0.5, top + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -106,11 +130,11 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
     fig.savefig(written[-1], dpi=100)
     plt.close(fig)
 
-    labels = [f"{e}" for (_, e) in rates]
+    labels = [one_line(e, 80) for (_, e) in rates]
     values = [100.0 * p / n if n else 0.0 for p, n in rates.values()]
     fig, ax = plt.subplots(figsize=(7.5, 0.28 * len(labels) + 1.2))
     ax.barh(range(len(labels)), values, color="#59a14f")
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8, **PLAIN)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("graded submissions that pass every hidden check (%)")
@@ -123,7 +147,7 @@ def _figures(grades: ClassGrades, folder: Path, rates, mistakes: list[Mistake]) 
     top = mistakes[:TOP_MISTAKES]
     fig, ax = plt.subplots(figsize=(8.5, 0.5 * max(len(top), 1) + 1.2))
     ax.barh(range(len(top)), [m.percent for m in top], color="#e15759")
-    ax.set_yticks(range(len(top)), [_label(m) for m in top], fontsize=7)
+    ax.set_yticks(range(len(top)), [_label(m) for m in top], fontsize=7, **PLAIN)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of the assignment's graded submissions (%)")
@@ -142,13 +166,13 @@ def _label(m: Mistake) -> str:
     called: what went wrong", and the second half is the mistake."""
     import textwrap
 
-    said = m.diagnosis.split(": ", 1)[-1]
-    lines = textwrap.wrap(f"{m.exercise.split('-', 1)[-1]}: {said}", 60)
+    said = one_line(m.diagnosis).split(": ", 1)[-1]
+    lines = textwrap.wrap(f"{one_line(m.exercise.split('-', 1)[-1], 60)}: {said}", 60)
     return "\n".join(lines[:2]) + ("…" if len(lines) > 2 else "")
 
 
 def _html(grades: ClassGrades, rates, mistakes: list[Mistake]) -> str:
-    e = html.escape
+    e = text_html
     rows = []
     for a in grades.assignments:
         graded = grades.of(a)
@@ -163,10 +187,9 @@ def _html(grades: ClassGrades, rates, mistakes: list[Mistake]) -> str:
                             f"{e(m.assignment_id)}, <code>{e(m.exercise)}</code>: {e(m.diagnosis)}</li>"
                             for m in mistakes[:TOP_MISTAKES])
     return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>Class report</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:.2em .6em;text-align:left}}
-img{{max-width:100%}}</style></head><body>
+<html><head><meta http-equiv="Content-Security-Policy" content="{content_security_policy()}">
+<meta charset="utf-8"><title>Class report</title>
+<style>{STYLE}</style></head><body>
 <h1>Class report</h1>
 <p>{len(grades.students)} students in the gradebook. Scores include late penalties and manual grades.</p>
 <h2>Submissions</h2>

@@ -5,6 +5,10 @@ summary at the top of the feedback HTML (``TutorSummary``, an nbgrader preproces
 Everything said comes from the grader's verdicts (``grader.verify``: the diagnosis
 names the likely mistake, never the hidden inputs) and from the source notebook's
 headings (``grader.course.sections``); no hidden test code is ever quoted.
+
+A diagnosis may quote a student's exception message: in HTML it is text
+(``grader.sanitize.text_html``), and the tutor's cells are of class ``NO_MATH`` so
+MathJax leaves a ``$`` in it alone.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from . import course
 from .checks import _core as checks
 from .feedback import is_test_cell, verdict_of
+from .sanitize import NO_MATH, text_html
 
 
 @dataclass(frozen=True)
@@ -99,33 +104,38 @@ def as_text(found: list[Comment], score: float, max_score: float) -> str:
 def _row(c: Comment) -> str:
     mark = "&#10003;" if c.passed else "&#10007;"
     said = "all hidden checks passed" if c.passed else (
-        f"{html.escape(c.diagnosis or '')}<br><em>Hint:</em> {html.escape(c.hint or '')}")
+        f"{text_html(c.diagnosis or '')}<br><em>Hint:</em> {text_html(c.hint or '')}")
     return (f'<tr class="{"passed" if c.passed else "failed"}"><td>{mark}</td>'
-            f'<td><a href="#tutor-{c.exercise}"><code>{html.escape(c.function)}</code></a></td>'
+            f'<td><a href="#tutor-{html.escape(c.exercise)}"><code>{html.escape(c.function)}</code></a></td>'
             f"<td>{c.points:g} / {c.max_points:g}</td><td>{said}</td></tr>")
 
 
 def summary_html(found: list[Comment], score: float, max_score: float, late_penalty: float = 0.0) -> str:
-    """The summary at the top of the feedback: score, a row per exercise, what to revisit."""
+    """The summary at the top of the feedback: score, a row per exercise, what to revisit.
+
+    HTML on one line (a markdown cell holding it is one HTML block, never parsed as
+    markdown); every string in it is escaped text.
+    """
     late = f"<p>Late submission penalty: &minus;{late_penalty:g} points.</p>" if late_penalty else ""
     todo = revisit(found)
     advice = ("<p><strong>What to revisit:</strong></p><ul>"
-              + "".join(f"<li>{html.escape(t)}</li>" for t in todo) + "</ul>") if todo else (
+              + "".join(f"<li>{text_html(t)}</li>" for t in todo) + "</ul>") if todo else (
         "<p>Every hidden check passed. Well done.</p>")
-    return (f'<div class="tutor-summary"><h2>Your feedback: {score:g} / {max_score:g} points</h2>{late}'
+    return (f'<div class="tutor-summary"><div class="{NO_MATH}"><h2>Your feedback: {score:g} / {max_score:g} points</h2>{late}'
             '<table class="table table-condensed"><thead><tr><th></th><th>exercise</th><th>points</th>'
             "<th>the tutor's comment</th></tr></thead><tbody>"
-            + "".join(_row(c) for c in found) + f"</tbody></table>{advice}</div>")
+            + "".join(_row(c) for c in found) + f"</tbody></table>{advice}</div></div>")
 
 
 def comment_html(c: Comment) -> str:
-    """The comment shown in the body, right under the exercise's test cell."""
+    """The comment shown in the body, right under the exercise's test cell (one line of
+    HTML, its strings escaped text)."""
     if c.passed:
         said = f"&#10003; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}, all hidden checks passed."
     else:
         said = (f"&#10007; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}. "
-                f"{html.escape(c.diagnosis or '')}<br><em>Hint:</em> {html.escape(c.hint or '')}")
-    return f'<div class="tutor-comment" id="tutor-{c.exercise}">{said}</div>'
+                f"{text_html(c.diagnosis or '')}<br><em>Hint:</em> {text_html(c.hint or '')}")
+    return f'<div class="tutor-comment" id="tutor-{html.escape(c.exercise)}"><span class="{NO_MATH}">{said}</span></div>'
 
 
 def _markdown(source: str) -> NotebookNode:

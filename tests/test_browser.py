@@ -13,6 +13,14 @@ with the same code).
 The server's kernels run with NBGRADER_EXECUTION=1, as while nbgrader grades, so that
 the training notebooks train briefly (exercise-standard.md: at most 30 s each then).
 
+An attacking class (tests/lab.py ``attacking_class``: an honest student and one whose
+notebook carries script in markdown, in outputs of every kind and in an exception
+message) is graded with the real grader; its feedback pages, formgrader's view of its
+autograded notebooks (a Jupyter server on the workspace, as the grader's README says)
+and the class report are opened: no student script may run (no dialog, no console
+line, no global set, no call to the Jupyter API), and no page may request anything
+the honest student's page does not; nothing off this machine is ever reachable.
+
 Without chromium at /usr/bin/chromium these tests fail and say how to install it; they
 are never skipped.
 """
@@ -85,3 +93,101 @@ def test_a_missing_chromium_fails_with_the_install_command(monkeypatch, tmp_path
     with pytest.raises(browser_lab.BrowserMissing, match="apt-get install chromium"):
         with browser_lab.browser(tmp_path):
             pass
+
+
+# ---------------------------------------------------------------------------- issue 21
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """The attacking class graded (ada honest, mallory attacking), its report written,
+    and a chromium context: {"out", "rows", "context", "workdir"}."""
+    from grader.grade import grade_class
+    from grader.report import write_report
+
+    try:
+        browser_lab.chromium()
+    except browser_lab.BrowserMissing as error:
+        pytest.fail(str(error), pytrace=False)
+    workdir = tmp_path_factory.mktemp("attacked")
+    submissions = browser_lab.attacking_class(workdir / "submitted")
+    out = workdir / "out"
+    rows = {r.student_id: r for r in grade_class(submissions, out, progress=False, jobs=1)}
+    write_report(out, progress=False)
+    with browser_lab.browser(workdir) as context:
+        yield {"out": out, "rows": rows, "context": context, "workdir": workdir}
+
+
+def _same_requests(attacker: browser_lab.Visit, honest: browser_lab.Visit, ids: dict[str, str]) -> list[str]:
+    """Requests the attacker's page made that the honest page did not (ids normalised)."""
+    def norm(urls):
+        out = set()
+        for url in urls:
+            for old, new in ids.items():
+                url = url.replace(old, new)
+            out.add(url)
+        return out
+    return sorted(norm(attacker.requests) - norm(honest.requests))
+
+
+def _assert_inert(attacker: browser_lab.Visit, honest: browser_lab.Visit, ids: dict[str, str]) -> None:
+    assert not attacker.ran, "a student's script ran:\n" + "\n".join(attacker.ran)
+    assert not honest.ran
+    extra = _same_requests(attacker, honest, ids)
+    assert not extra, "requests only the attacker's page made:\n" + "\n".join(extra)
+    leaks = [u for u in attacker.requests + attacker.blocked if browser_lab.EVIL_HOST in u]
+    assert not leaks, leaks
+    assert sorted(set(attacker.blocked)) == sorted(set(honest.blocked)), "off-machine requests differ"
+
+
+def test_feedback_of_an_attacking_student_runs_nothing_and_requests_nothing_new(attacked):
+    assert attacked["rows"]["mallory"].status.startswith("graded"), attacked["rows"]["mallory"].status
+    graded = nbformat.read(attacked["out"] / "course" / "autograded" / "mallory" / "01_similarity" /
+                           "01_similarity.ipynb", as_version=4)
+    shown = {mime for c in graded.cells for o in c.get("outputs", []) for mime in o.get("data", {})}
+    assert {"text/html", "text/markdown", "application/javascript", "image/svg+xml"} <= shown, shown
+    assert "onerror" in attacked["rows"]["mallory"].diagnoses["similarity-dot_product"]  # the attack is real
+    pages = {s: attacked["out"] / "course" / "feedback" / s / "01_similarity" / "01_similarity.html"
+             for s in ("ada", "mallory")}
+    visits = {s: browser_lab.visit_page(attacked["context"], page.as_uri(), SHOTS / f"html-safety-feedback-{s}.png")
+              for s, page in pages.items()}
+    _assert_inert(visits["mallory"], visits["ada"], {"mallory": "STUDENT", "ada": "STUDENT"})
+    honest = visits["ada"]
+    # the honest student's page still reads as it should: prose, headings, figures
+    assert honest.figures and all(honest.figures), honest.figures
+    assert len(visits["mallory"].figures) >= len(honest.figures)
+    for words in ("Similarity", "The dot product", "Cosine similarity", "Your feedback"):
+        assert words in honest.text, words
+    # the attacker's exception message is there, as characters
+    assert "$\\frac{1}{$" in visits["mallory"].text and "<script>" in visits["mallory"].text
+
+
+def test_formgrader_shows_an_attacking_notebook_inert(attacked):
+    from nbgrader.api import Gradebook
+
+    from grader.grade import Workspace
+
+    out = attacked["out"]
+    with Gradebook(Workspace(out).db_url) as gb:
+        ids = {s: gb.find_submission_notebook("01_similarity", "01_similarity", s).id for s in ("ada", "mallory")}
+    with browser_lab.serve_workspace(out / "course", attacked["workdir"]) as server:
+        visits = {}
+        for student, submission in ids.items():
+            url = f"{server.url}/formgrader/submissions/{submission}/?token={server.token}"
+            visits[student] = browser_lab.visit_page(attacked["context"], url,
+                                                     SHOTS / f"html-safety-formgrade-{student}.png", settle_ms=4000)
+        log = server.log_tail()
+    mallory, ada = visits["mallory"], visits["ada"]
+    for v in (mallory, ada):  # the formgrader rendered the autograded notebook
+        assert "Submission 1 / 2" in v.text or "Submission 2 / 2" in v.text, (v.url, v.text[:500], log)
+        assert "The dot product" in v.text
+    _assert_inert(mallory, ada, {ids["mallory"]: "ID", ids["ada"]: "ID", "mallory": "STUDENT", "ada": "STUDENT"})
+    assert ada.figures and all(ada.figures), ada.figures
+
+
+def test_the_class_report_of_an_attacking_class_runs_nothing(attacked):
+    visit = browser_lab.visit_page(attacked["context"], (attacked["out"] / "report" / "index.html").as_uri(),
+                                   SHOTS / "html-safety-report.png", settle_ms=500)
+    assert not visit.ran and not visit.blocked, (visit.ran, visit.blocked)
+    assert all(u.startswith("file:") for u in visit.requests), visit.requests
+    assert len(visit.images) == 3 and all(visit.images), visit.images  # its figures, allowed by its policy
+    assert "$\\frac{1}{$" in visit.text and "<img src=x onerror=" in visit.text
