@@ -212,7 +212,7 @@ class _Sent:
                 self.entries.append(_Entry(name, "file", len(data), data))
             elif isinstance(data, int) and not isinstance(data, bool) and data >= 0:
                 self.entries.append(_Entry(name, "file", data, None))
-            elif data in _KINDS:
+            elif isinstance(data, str) and data in _KINDS:
                 self.entries.append(_Entry(name, data, 0, None))
             else:
                 raise BadSubmission(f"the grader received {quoted(name)} in a form it does not know")

@@ -246,6 +246,14 @@ def test_a_missing_assignment_folder_is_no_submission(tmp_path):
     assert read_files(tmp_path / "class" / "bob" / A) == {PROBLEM: "no submission"}
 
 
+def test_an_assignment_folder_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    (tmp_path / "class" / "bob").mkdir(parents=True)
+    os.mkfifo(tmp_path / "class" / "bob" / A)
+    with _deadline(10):
+        assert folder_problem(tmp_path / "class" / "bob" / A) == f"the assignment folder '{A}' is a FIFO, not a folder"
+        assert [r[:2] for r in submissions(tmp_path / "class")] == [("bob", A)]
+
+
 # --- extra files ---------------------------------------------------------------------------
 
 
