@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 from . import course
+from .names import shown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--db-url", metavar="URL",
                        help="the gradebook, e.g. postgresql://grader@dbhost/course (default: "
                             "nbgrader_config.py's c.CourseDirectory.db_url, else OUT/course/gradebook.db)")
+    grade.add_argument("--roster", type=Path, metavar="CSV",
+                       help="the class's student ids (a student_id column): other folders are not graded; "
+                            "without it, folder names must be ids of letters, digits and . _ - @")
     check = sub.add_parser("check", help="check my work: grade one saved notebook with the hidden checks")
     check.add_argument("notebook", type=Path, help="the .ipynb file, e.g. notebooks/01_similarity/01_similarity.ipynb")
     report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
@@ -62,27 +66,36 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="nbformat")
 
     if not args.submissions.is_dir():
-        print(f"course-grader: no submissions folder at {args.submissions}: "
+        print(f"course-grader: no submissions folder at {shown(args.submissions)}: "
               "pass DIR laid out as DIR/<student_id>/<assignment_id>/<notebook>.ipynb", file=sys.stderr)
         return 2
     bad = [d for d in args.duedate if "=" not in d]
     if bad:
-        print(f"course-grader: --duedate wants ASSIGNMENT=DATE, got {bad[0]!r}", file=sys.stderr)
+        print(f"course-grader: --duedate wants ASSIGNMENT=DATE, got {shown(repr(bad[0]))}", file=sys.stderr)
         return 2
     duedates = dict(d.split("=", 1) for d in args.duedate)
     timestamps = read_timestamps(args.timestamps) if args.timestamps else None
+    roster = None
+    if args.roster:
+        from .lms import BadRoster, read_roster
+
+        try:
+            roster = set(read_roster(args.roster))
+        except BadRoster as error:
+            print(f"course-grader: {shown(error)}", file=sys.stderr)
+            return 2
     if args.jobs is not None and args.jobs < 1:
         print(f"course-grader: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
         return 2
     try:
         rows = grade_class(args.submissions, args.out, duedates=duedates, timestamps=timestamps,
-                           jobs=args.jobs, scheduler=args.scheduler, db_url=args.db_url)
+                           jobs=args.jobs, scheduler=args.scheduler, db_url=args.db_url, roster=roster)
     except (EngineUnavailable, RuntimeError) as error:
-        print(f"course-grader: {error}", file=sys.stderr)
+        print(f"course-grader: {shown(error)}", file=sys.stderr)
         return 2
     print(format_table(rows))
-    print(f"\ngrade table: {args.out / 'grades.csv'}")
-    print(f"feedback:    {args.out / 'course' / 'feedback'}/<student_id>/<assignment_id>/<notebook>.html")
+    print(f"\ngrade table: {shown(args.out / 'grades.csv')}")
+    print(f"feedback:    {shown(args.out / 'course' / 'feedback')}/<student_id>/<assignment_id>/<notebook>.html")
     return 0
 
 
@@ -91,12 +104,13 @@ def _check(notebook: Path) -> int:
 
     try:
         if notebook.suffix == ".ipynb" and notebook.is_file():
-            print(f"checking {notebook.name} with the hidden checks (about 15 s)...", file=sys.stderr, flush=True)
+            print(f"checking {shown(notebook.name)} with the hidden checks (about 15 s)...", file=sys.stderr,
+                  flush=True)
         checked = check_notebook(notebook)
     except CannotCheck as error:
-        print(f"course-grader check: {error}", file=sys.stderr)
+        print(f"course-grader check: {shown(error)}", file=sys.stderr)
         return 2
-    print(checked.text(notebook))
+    print("\n".join(shown(line) for line in checked.text(notebook).splitlines()))  # diagnoses quote the learner's text
     return 0 if checked.graded else 1
 
 
@@ -107,10 +121,10 @@ def _report(out: Path, db_url: str | None, roster: Path | None) -> int:
     try:
         written = write_report(out, db_url=db_url, roster=roster)
     except (NoGrades, BadRoster) as error:
-        print(f"course-grader report: {error}", file=sys.stderr)
+        print(f"course-grader report: {shown(error)}", file=sys.stderr)
         return 2
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {shown(path)}")
     return 0
 
 

@@ -7,7 +7,9 @@ scheduler is given. This module is the collector: the one process that writes th
 gradebook (any SQLAlchemy URL nbgrader accepts: SQLite by default, PostgreSQL for a
 large course), the autograded/ and feedback/ folders of the workspace and grades.csv.
 The input folder is never written. Whatever is wrong with one submission becomes
-that row's status; it never stops the batch.
+that row's status; it never stops the batch. Folder names are the students' text:
+they become ids only when valid (``submissions``), and every name and status is
+escaped in the terminal table and neutralised in grades.csv (``grader.names``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
+from .names import csv_row, quoted, shown, student_id_problem
 from .release import generate
+from .stage import folder_problem
 from .unit import Settings, course_version, grade_submission
 from .verify import CourseSecret
 
@@ -159,13 +163,15 @@ class Grader:
                         self.timestamps.get((student_id, assignment_id)), course_version())
 
     def precheck(self, submission: Path, student_id: str, assignment_id: str) -> Row | None:
-        """The row of a submission that needs no worker (unknown assignment, no folder), else None."""
+        """The row of a submission that needs no worker, else None: an unknown assignment, or a
+        folder that is missing, a link or not a folder (``grader.stage.folder_problem``)."""
         if assignment_id not in course.assignments():
-            return Row(student_id, assignment_id, 0.0, 0.0,
-                       f"not graded: there is no assignment '{assignment_id}' in this course")
+            return Row(shown(student_id), shown(assignment_id), 0.0, 0.0,
+                       f"not graded: there is no assignment {quoted(assignment_id)} in this course")
         total, per = self.max_points(assignment_id)
-        if not submission.is_dir():
-            return Row(student_id, assignment_id, 0.0, total, "not graded: no submission", dict.fromkeys(per, 0.0))
+        problem = folder_problem(submission)
+        if problem:
+            return Row(student_id, assignment_id, 0.0, total, f"not graded: {problem}", dict.fromkeys(per, 0.0))
         return None
 
     def grade(self, submission: Path, student_id: str, assignment_id: str) -> Row:
@@ -228,16 +234,66 @@ class Grader:
                    result["status"], points, result["diagnoses"], sorted(feedback_dir.glob("*.html")))
 
 
-def submissions(class_dir: Path) -> list[tuple[str, str, Path]]:
-    """(student_id, assignment_id, folder) for every submission in a class folder.
+def submissions(class_dir: Path, roster=None) -> list[tuple[str, str, Path, str | None]]:
+    """Every row of a class folder: (student_id, assignment_id, folder, problem).
 
-    Every student gets a row for every assignment that anyone in the class submitted,
-    so that a missing assignment folder shows as a row, not as silence.
+    ``problem`` is None for a submission to grade (its folder may be missing: the row
+    then says "no submission"), else the row's whole status. A folder of
+    ``class_dir`` is a student's when its name is a valid student id: on ``roster``
+    (student ids) when one is given, else by the rule of ``grader.names``; any other
+    folder is one row, (its escaped name, "", problem). Every student gets a row for
+    every course assignment (``grader.course.assignments()``) that a valid student
+    submitted, so that a missing folder shows as a row, not as silence, and so does
+    every student of the roster. A folder in a student's folder that is not a course
+    assignment is one row for that student alone. Nothing is followed: a student folder
+    that is a link gets its rows, which staging refuses; its contents are not listed.
+    Hidden names and plain files are skipped. Sorted by student, then assignment.
     """
-    students = sorted(p for p in class_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-    assignment_ids = sorted({a.name for s in students for a in s.iterdir()
-                             if a.is_dir() and not a.name.startswith(".")})
-    return [(s.name, a, s / a) for s in students for a in assignment_ids]
+    known = set(course.assignments())
+    roster = set(roster) if roster is not None else None
+    own: dict[str, list[tuple[str, str, Path, str | None]]] = {}  # valid student -> own odd rows
+    odd: list[tuple[str, tuple]] = []  # (sort key, row) of folders that are not students
+    submitted: set[str] = set()
+    with os.scandir(class_dir) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for entry in entries:
+        try:
+            if entry.name.startswith(".") or not entry.is_dir():  # a link to a folder counts, below
+                continue
+        except OSError:
+            continue
+        why = student_id_problem(entry.name, roster)
+        if why:
+            odd.append((entry.name, (shown(entry.name), "", Path(entry.path),
+                                     f"not graded: the folder {quoted(entry.name)} {why}")))
+            continue
+        own[entry.name] = []
+        for name in ([] if entry.is_symlink() else _folders(Path(entry.path))):
+            if name in known:
+                submitted.add(name)
+            else:
+                own[entry.name].append((entry.name, shown(name), Path(entry.path),
+                                        f"not graded: there is no assignment {quoted(name)} in this course"))
+    for student in roster or ():
+        if "/" not in student and student not in ("", ".", ".."):  # an id names folders
+            own.setdefault(student, [])
+    rows = [(student, (student, a, class_dir / student / a, None)) for student in own for a in sorted(submitted)]
+    rows += [(student, row) for student, extra in own.items() for row in extra] + odd
+    return [row for _, row in sorted(rows, key=lambda r: (r[0], r[1][1]))]
+
+
+def _folders(student_dir: Path) -> list[str]:
+    """The names in a student folder that may be assignment folders (folders, links, odd
+    files; not plain files nor hidden names), listed without following a link."""
+    try:
+        fd = os.open(student_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        with os.scandir(fd) as listing:
+            return sorted(e.name for e in listing if not e.name.startswith(".") and not e.is_file(follow_symlinks=False))
+    finally:
+        os.close(fd)
 
 
 def read_timestamps(path: Path) -> dict[tuple[str, str], str]:
@@ -248,7 +304,7 @@ def read_timestamps(path: Path) -> dict[tuple[str, str], str]:
 
 def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dict[str, str] | None = None,
                 timestamps: dict[tuple[str, str], str] | None = None, jobs: int | None = None,
-                scheduler: str | None = None, db_url: str | None = None) -> list[Row]:
+                scheduler: str | None = None, db_url: str | None = None, roster=None) -> list[Row]:
     """Grade every submission in ``class_dir``; write ``out/grades.csv``; return the rows.
 
     ``duedates`` maps assignment ids to due dates and ``timestamps`` (student_id,
@@ -256,8 +312,13 @@ def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dic
     ("2026-12-01 23:59:00 UTC"); students' own timestamp.txt files are not trusted.
     ``jobs`` local worker processes grade at once (default: one per core), or the
     Dask scheduler at ``scheduler`` ("tcp://host:8786", "tls://...") runs the units on
-    its workers. ``db_url``: the gradebook (see ``Grader``). Running it again after an
-    interruption regrades and ends with the same grades.
+    its workers. ``db_url``: the gradebook (see ``Grader``). ``roster``: the student ids
+    of the class (e.g. ``grader.lms.read_roster``'s keys); a folder not on it is one
+    row with its status, and a student on it without a folder gets "no submission"
+    rows. Without a roster, ids must follow ``grader.names``' rule. A folder that is
+    not a valid student id or assignment is one row for that folder alone (see
+    ``submissions``). Running it again after an interruption regrades and ends with
+    the same grades.
 
     Raises:
         FileNotFoundError: ``class_dir`` is not a folder.
@@ -271,43 +332,53 @@ def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dic
     if not class_dir.is_dir():
         raise FileNotFoundError(f"no submissions folder at {class_dir}")
     grader = Grader(out, duedates, timestamps, db_url)
-    todo = submissions(class_dir)
+    todo = submissions(class_dir, roster)
     rows: dict[tuple[str, str], Row] = {}
+    odd: dict[int, Row] = {}  # rows of folders that are not submissions; escaped names may coincide
     units = []
-    for student, assignment, folder in todo:
+    for n, (student, assignment, folder, problem) in enumerate(todo):
+        if problem:
+            odd[n] = Row(student, assignment, 0.0, 0.0, problem)
+            continue
         row = grader.precheck(folder, student, assignment)
         if row:
             rows[(student, assignment)] = row
         else:  # a worker on another machine gets the files, a local one their path
-            files = (lambda folder=folder: read_files(folder)) if scheduler else str(folder)
+            files = ((lambda folder=folder, names=course.notebook_names(assignment): read_files(folder, names))
+                     if scheduler else str(folder))
             units.append(Unit(student, assignment, files, grader.settings(student, assignment)))
     for unit, outcome in run(units, jobs=jobs, scheduler=scheduler, progress=progress):
         key = (unit.student_id, unit.assignment_id)
         if key in rows:  # recorded already: a result is written once
             continue
         rows[key] = (grader.failed(*key, outcome) if isinstance(outcome, str) else grader.record(outcome))
-    ordered = [rows[(student, assignment)] for student, assignment, _ in todo]
+    ordered = [odd[n] if n in odd else rows[(student, assignment)] for n, (student, assignment, _, _) in enumerate(todo)]
     write_csv(ordered, Path(out) / "grades.csv")
     return ordered
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
-    """grades.csv: student_id, assignment_id, score, max_score, status, one column per exercise."""
+    """grades.csv: student_id, assignment_id, score, max_score, status, one column per exercise.
+
+    Written to ``path.partial`` first, then moved over ``path``. Text cells are escaped
+    and neutralised against formulas (``grader.names.csv_cell``); scores stay numbers.
+    """
     exercises = sorted({e for r in rows for e in r.points})
     partial = path.with_name(path.name + ".partial")  # a kill mid-write leaves the old file whole
     with open(partial, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["student_id", "assignment_id", "score", "max_score", "status", *exercises])
+        writer.writerow(csv_row(["student_id", "assignment_id", "score", "max_score", "status", *exercises]))
         for r in rows:
-            writer.writerow([r.student_id, r.assignment_id, f"{r.score:g}", f"{r.max_score:g}", r.status,
-                             *(f"{r.points[e]:g}" if e in r.points else "" for e in exercises)])
+            writer.writerow(csv_row([r.student_id, r.assignment_id, float(r.score), float(r.max_score), r.status,
+                                     *(float(r.points[e]) if e in r.points else None for e in exercises)]))
     os.replace(partial, path)
 
 
 def format_table(rows: list[Row]) -> str:
-    """The grade table as aligned text, for the terminal."""
+    """The grade table as aligned text, for the terminal: every cell escaped (``grader.names.shown``)."""
     header = ["student", "assignment", "score", "status"]
-    lines = [[r.student_id, r.assignment_id, f"{r.score:g}/{r.max_score:g}", r.status] for r in rows]
+    lines = [[shown(r.student_id), shown(r.assignment_id), f"{r.score:g}/{r.max_score:g}", shown(r.status)]
+             for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *lines)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + "  {}"
     return "\n".join(fmt.format(*line) for line in [header, *lines])

@@ -18,6 +18,10 @@ The roster (``--roster roster.csv``) is a CSV with a ``student_id`` column (nbgr
 id) and any of ``name``, ``email``, ``sis_user_id``, ``sis_login_id``, ``canvas_id``,
 ``section``. A cell is empty when the submission was not graded or is missing: an
 LMS then shows it as missing rather than as a zero nobody decided.
+
+Every text cell (names, ids, the roster's fields) goes through
+``grader.names.csv_cell``: escaped, and neutralised when it could start a formula;
+scores are numbers and stay numbers.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import csv
 from pathlib import Path
 
 from .classgrades import ClassGrades
+from .names import csv_row
 
 ROSTER_FIELDS = ("name", "email", "sis_user_id", "sis_login_id", "canvas_id", "section")
 CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
@@ -57,20 +62,20 @@ def _write(grades: ClassGrades, path: Path, roster: dict | None, header: list[st
     """One row per student (the gradebook's and the roster's): ``identity(student, roster
     fields)`` then a score per assignment, empty where not graded or not submitted."""
     roster = roster or {}
-    scores = {(s.student_id, s.assignment_id): f"{s.score:g}" for s in grades.submissions if s.graded}
+    scores = {(s.student_id, s.assignment_id): float(s.score) for s in grades.submissions if s.graded}
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(header + list(grades.assignments))
-        writer.writerows(preamble)
+        writer.writerow(csv_row(header + list(grades.assignments)))
+        writer.writerows(csv_row(row) for row in preamble)
         for student in sorted(set(grades.students) | set(roster)):
-            writer.writerow(identity(student, roster.get(student, {}))
-                            + [scores.get((student, a), "") for a in grades.assignments])
+            writer.writerow(csv_row(identity(student, roster.get(student, {}))
+                                    + [scores.get((student, a)) for a in grades.assignments]))
     return path
 
 
 def write_canvas(grades: ClassGrades, path: Path, roster: dict | None = None) -> Path:
     """Canvas's gradebook import CSV (see the module's docs)."""
-    points = [["    Points Possible", "", "", "", ""] + [f"{grades.max_score(a):g}" for a in grades.assignments]]
+    points = [["    Points Possible", "", "", "", ""] + [float(grades.max_score(a)) for a in grades.assignments]]
     return _write(grades, path, roster, CANVAS_HEADER, lambda student, r: [
         r.get("name") or student, r.get("canvas_id", ""), r.get("sis_user_id", ""), r.get("sis_login_id", ""),
         r.get("section", "")], points)

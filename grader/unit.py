@@ -31,7 +31,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from . import course
 from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
-from .stage import BadSubmission, materialize, stage
+from .names import name_problem, quoted
+from .stage import BadSubmission, stage
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
     Args:
         files: the submitted folder, as a path (same machine) or as
             ``grader.stage.read_files`` data (name -> bytes, or -> size in bytes for a
-            file too big to send).
+            file that is not sent, or -> the kind of an entry that is refused).
         student_id, assignment_id: nbgrader ids.
         settings: the secret, due date, trusted timestamp and course version.
 
@@ -155,7 +156,9 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         raise CourseMismatch(f"this worker's course files (version {course_version()}) differ from the "
                              f"collector's ({settings.course_version}): install the same commit everywhere")
     if assignment_id not in course.assignments():
-        return done(f"not graded: there is no assignment '{assignment_id}' in this course")
+        return done(f"not graded: there is no assignment {quoted(assignment_id)} in this course")
+    if "/" in student_id or student_id in ("", ".", "..") or name_problem(student_id):  # it names folders below
+        return done(f"not graded: {quoted(student_id)} cannot be a student id")
     template = _template(assignment_id, settings.duedate)
     result["max_points"] = _max_points(template, assignment_id)
     result["points"] = dict.fromkeys(result["max_points"], 0.0)
@@ -163,10 +166,8 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
     with tempfile.TemporaryDirectory(prefix="unit-", dir=_scratch_dir()) as tmp:
         tmp = Path(tmp)
         ws = tmp / "course"
-        try:
-            source = Path(files) if isinstance(files, (str, Path)) else materialize(files, tmp / "files")
-            if not source.is_dir():
-                return done("not graded: no submission")
+        try:  # a path is opened without following links; data is staged as it came
+            source = Path(files) if isinstance(files, (str, Path)) else files
             note = stage(source, ws / "submitted" / student_id / assignment_id, notebooks, settings.timestamp)
         except BadSubmission as error:
             return done(f"not graded: {error}")
