@@ -84,9 +84,12 @@ def wrapper(work: Path, cwd: Path, as_nobody: bool = True) -> list[str]:
     """
     nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"] \
         if as_nobody and os.geteuid() == 0 else []
+    # our grader (as root, not as nobody) makes a cgroup per kernel: it needs the cgroup tree
+    cgroups = ["--bind", "/sys/fs/cgroup", "/sys/fs/cgroup"] \
+        if not nobody and os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup") else []
     if shutil.which("bwrap"):
         return _prlimit() + [
-            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *cgroups,
             *_python_binds(), "--bind", str(work / "tmp"), "/tmp", "--bind", str(work), str(work),
             "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--chdir", str(cwd)] + nobody
     print("WARNING: bwrap not found (apt-get install -y bubblewrap): the corpus runs with "

@@ -52,6 +52,9 @@ MAX_EXTRA_BYTES = 20 * 1024 * 1024  # one extra file
 MAX_EXTRA_TOTAL_BYTES = 64 * 1024 * 1024  # all extra files of a submission, by apparent size
 MAX_EXTRA_FILES = 100
 MAX_ENTRIES = 100_000  # entries of a submitted folder: more is not graded
+# Cells of a notebook (the course's have at most 40): every later step (nbformat's
+# validation, nbgrader's preprocessors, the feedback page) costs time per cell.
+MAX_CELLS = 2000
 MAX_LISTED = 5  # names a note lists before "and N more"
 PROBLEM = "/"  # read_files' key for a folder that cannot be read: no file can have this name
 
@@ -237,7 +240,8 @@ def parse_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode, int]:
     and the nbformat major version it was saved in.
 
     Raises:
-        BadSubmission: empty, over ``MAX_NOTEBOOK_BYTES``, not UTF-8, not JSON, not a notebook.
+        BadSubmission: empty, over ``MAX_NOTEBOOK_BYTES``, not UTF-8, not JSON, not a notebook,
+            more than ``MAX_CELLS`` cells.
     """
     q = quoted(name)
     if not data:
@@ -259,11 +263,26 @@ def parse_notebook(name: str, data: bytes) -> tuple[nbformat.NotebookNode, int]:
                             "Jupyter, save it, and resubmit") from None
     if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
         raise BadSubmission(f"{q} is JSON but not a notebook: resubmit the .ipynb file")
+    cells = _cell_count(raw)
+    if cells > MAX_CELLS:
+        raise BadSubmission(f"{q} has {cells:,} cells, over the {MAX_CELLS:,}-cell limit: delete the "
+                            "cells you added, save, and resubmit")
     try:
         return nbformat.reads(text, as_version=4), raw.get("nbformat", 4)
     except Exception as error:  # nbformat raises several kinds for broken notebooks
         raise BadSubmission(f"{q} is not a valid notebook ({type(error).__name__}): "
                             "open it in Jupyter, save it, and resubmit") from None
+
+
+def _cell_count(raw: dict) -> int:
+    """Cells of a notebook's JSON, nbformat 4 (``cells``) or 3 (``worksheets``); 0 if malformed."""
+    cells = raw.get("cells")
+    if isinstance(cells, list):
+        return len(cells)
+    sheets = raw.get("worksheets")
+    if isinstance(sheets, list):
+        return sum(len(w.get("cells", [])) for w in sheets if isinstance(w, dict) and isinstance(w.get("cells"), list))
+    return 0
 
 
 def read_notebook(path: Path) -> tuple[nbformat.NotebookNode, int]:

@@ -15,9 +15,7 @@ import os
 from pathlib import Path
 
 from tests.corpora import harms
-from tests.corpora.tamper import POINTS, Attack, _body, _cheat
 
-DOT, COS, SCORE, SOFT = POINTS
 NOTEBOOK = "01_similarity.ipynb"
 CLASSMATE = "ada"  # the classmate (in the same class folder) whose work the link attacks point at
 
@@ -389,7 +387,11 @@ def _markdown_flood(n: int) -> tuple:
     return tuple(_markdown(f"note {i}") for i in range(n))
 
 
-def attacks() -> list[Attack]:
+def attacks() -> list:
+    """The attacks, as ``tests.corpora.tamper.Attack``s (imported here: tamper imports this module)."""
+    from tests.corpora.tamper import POINTS, Attack, _body, _cheat
+
+    DOT, COS, SCORE, SOFT = POINTS  # noqa: F841 - named for the attacks' targets
     return [
         # the instructor's browser
         Attack("t21_script_markdown", "script_markdown",
@@ -447,74 +449,74 @@ def attacks() -> list[Attack]:
                (), {}, harm="budget", extra_cells=_ticks(150)),
         Attack("t33_markdown_flood", "markdown_flood",
                "60,000 small markdown cells: the whole unit of work (staging, execution, feedback) must stay bounded",
-               (), {}, harm="batch", extra_cells=_markdown_flood(60_000), refused=True, status="cells"),
+               (), {}, harm="batch", extra_cells=_markdown_flood(60_000), refused=True, status="cell limit"),
         Attack("t34_survivor", "survivor",
                "invented: a daemon in its own session, ignoring SIGHUP and SIGTERM, that would sleep 10 min",
                (), {}, harm="points", extra_cells=(_code(SURVIVOR),)),
         # the submitted folder
         Attack("t35_link_classmate_notebook", "link_classmate_notebook",
                "the submitted notebook is a symlink to a classmate's notebook",
-               (), {}, harm="graded_as_own", layout=link_classmate_notebook, refused=True, status="link"),
+               (), {}, harm="graded_as_own", layout=link_classmate_notebook, refused=True, status="symbolic link"),
         Attack("t36_link_classmate_folder", "link_classmate_folder",
                "the assignment folder is a symlink to a classmate's assignment folder",
-               (), {}, harm="graded_as_own", layout=link_classmate_folder, refused=True, status="link"),
+               (), {}, harm="graded_as_own", layout=link_classmate_folder, refused=True, status="symbolic link"),
         Attack("t37_link_solution", "link_solution",
                "the submitted notebook is a symlink to the instructor's solution notebook",
-               (), {}, harm="leak", layout=link_solution, refused=True, status="link"),
+               (), {}, harm="leak", layout=link_solution, refused=True, status="symbolic link"),
         Attack("t38_link_root_only", "link_root_only",
                "the submitted notebook is a symlink to a root-only file (its bytes would show in a JSON error)",
-               (), {}, harm="leak", layout=link_root_only, refused=True, status="link"),
+               (), {}, harm="leak", layout=link_root_only, refused=True, status="symbolic link"),
         Attack("t39_hardlink_root_only", "hardlink_root_only",
                "a hard link beside the notebook to a root-only file, printed by a cell if it reaches the kernel",
-               (), {}, harm="leak", layout=hardlink_root_only, status="link",
+               (), {}, harm="leak", layout=hardlink_root_only, status="hard link",
                extra_cells=(_code(f"import os\nif os.path.exists('notes.txt'):\n    print('{harms.READ_MARK}', "
                                   "open('notes.txt').read())"),)),
         Attack("t40_fifo_notebook", "fifo_notebook",
                "the submitted notebook is a FIFO (a naive read blocks the batch forever)",
-               (), {}, harm="batch", layout=fifo_notebook, refused=True, status="regular file"),
+               (), {}, harm="batch", layout=fifo_notebook, refused=True, status="fifo"),
         Attack("t41_fifo_extra", "fifo_extra",
                "invented: a FIFO named data.csv beside a correct notebook",
-               (), {}, harm="batch", layout=fifo_extra),
+               (), {}, harm="batch", layout=fifo_extra, status="special files"),
         Attack("t42_device_notebook", "device_notebook",
                "invented: the submitted notebook is a symlink to /dev/zero (endless bytes)",
-               (), {}, harm="batch", layout=device_notebook, refused=True, status="link"),
+               (), {}, harm="batch", layout=device_notebook, refused=True, status="symbolic link"),
         Attack("t43_link_extra_files", "link_extra_files",
                "invented: extra files that are symlinks to /etc/shadow, a root-only file and a classmate's notebook",
-               (), {}, harm="leak", layout=link_extra_files,
+               (), {}, harm="leak", layout=link_extra_files, status="symbolic links",
                extra_cells=(_code(f"import os\nfor n in os.listdir('.'):\n    try:\n        print('{harms.READ_MARK}', "
                                   "n, open(n, errors='replace').read(200))\n    except OSError:\n        pass"),)),
         Attack("t44_latin1_name", "latin1_name",
                "the notebook's file name is latin-1 bytes, not UTF-8 (stopped the whole batch before)",
-               (), {}, harm="batch", layout=latin1_name, refused=True, status="utf-8"),
+               (), {}, harm="batch", layout=latin1_name, refused=True, status="not valid utf-8"),
         Attack("t45_escape_name", "escape_name",
                "the lone notebook is renamed with terminal escape sequences (window title, cursor up, erase "
                "line) and a formula",
-               (), {}, harm="control", layout=escape_name),
+               (), {}, harm="control", layout=escape_name, refused=True, status="control characters"),
         Attack("t51_newline_name", "newline_name",
                "invented: the lone notebook's name holds a newline and a forged grade row",
-               (), {}, harm="control", layout=newline_name),
+               (), {}, harm="control", layout=newline_name, refused=True, status="control characters"),
         Attack('=HYPERLINK("#","grades")', "formula_student",
                "a student folder named like a spreadsheet formula, =HYPERLINK(...)",
-               (), {}, harm="formula"),
+               (), {}, harm="formula", invalid_id=True, status="not a valid student id"),
         Attack("@SUM(1+1)*cmd|' -c calc'!A0", "formula_at_student",
                "a student folder named like a formula that starts with @",
-               (), {}, harm="formula"),
+               (), {}, harm="formula", invalid_id=True, status="not a valid student id"),
         Attack("<img src=x onerror=alert(1)>", "html_student",
                "a student folder named like an HTML element with a handler",
-               (), {}, harm="script"),
+               (), {}, harm="script", invalid_id=True, status="not a valid student id"),
         Attack("t46_extra_folder", "extra_folder",
                "an extra folder =HYPERLINK(...) holding a notebook, inside the student's own folder",
                (), {}, harm="rows", layout=extra_folder),
         Attack("t47_bidi_name\u202egnp.sexe", "bidi_student",
                "invented: a student folder name with a right-to-left override (U+202E)",
-               (), {}, harm="control"),
+               (), {}, harm="control", invalid_id=True, status="control characters"),
         Attack("t48_link_student_folder", "link_student_folder",
                "invented: the whole student folder is a symlink to a classmate's",
-               (), {}, harm="graded_as_own", layout=link_student_folder, refused=True, status="link"),
+               (), {}, harm="graded_as_own", layout=link_student_folder, refused=True, status="symbolic link"),
         Attack("t49_many_files", "many_files",
                "6,000 empty files beside the notebook (staging was quadratic: 101 s)",
-               (), {}, harm="batch", layout=many_files),
+               (), {}, harm="batch", layout=many_files, status="extra files"),
         Attack("t50_sparse_files", "sparse_files",
                "40 sparse 19 MiB files beside the notebook (0 bytes on disk, 760 MiB apparent)",
-               (), {}, harm="batch", layout=sparse_files),
+               (), {}, harm="batch", layout=sparse_files, status="total for extra files"),
     ]

@@ -88,11 +88,16 @@ class Attack:
     layout: Callable[[Path, Path, Path], None] | None = None
     refused: bool = False  # not graded at all: every exercise 0
     status: str = ""  # a keyword our row's status must contain (lower case), if any
+    # The student folder's name is not a student id: one row, for the folder alone,
+    # under its escaped name and no assignment (grader.grade.submissions).
+    invalid_id: bool = False
 
     def expected(self) -> dict:
         """What our grader must give this submission."""
         exercises = {e: (0 if e in self.targets or e in self.lost or self.refused else p)
                      for e, p in POINTS.items()}
+        if self.invalid_id:
+            exercises = {}
         if self.late:  # the answers are right, the late policy zeroes the total
             exercises = dict(POINTS)
         score = 0 if self.late else sum(exercises.values())
