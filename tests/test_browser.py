@@ -38,15 +38,24 @@ SHOTS = course.ROOT / "out" / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """(the running Lab, a page with JupyterLab loaded)."""
+def chromium_context(tmp_path_factory):
+    """One chromium (Playwright's sync API allows one at a time) for the module's tests."""
     try:
         browser_lab.chromium()
     except browser_lab.BrowserMissing as error:  # a failure with the install command, never a skip
         pytest.fail(str(error), pytrace=False)
+    with browser_lab.browser(tmp_path_factory.mktemp("chromium")) as context:
+        yield context
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, chromium_context):
+    """(the running Lab, a page with JupyterLab loaded)."""
     workdir = tmp_path_factory.mktemp("lab")
-    with browser_lab.serve(workdir) as running, browser_lab.browser(workdir) as context:
-        yield running, browser_lab.open_lab(context, running)
+    with browser_lab.serve(workdir) as running:
+        page = browser_lab.open_lab(chromium_context, running)
+        yield running, page
+        page.close()  # before the server stops
 
 
 @pytest.mark.parametrize("assignment_id", course.assignments())
@@ -98,23 +107,18 @@ def test_a_missing_chromium_fails_with_the_install_command(monkeypatch, tmp_path
 # ---------------------------------------------------------------------------- issue 21
 
 @pytest.fixture(scope="module")
-def attacked(tmp_path_factory):
+def attacked(tmp_path_factory, chromium_context):
     """The attacking class graded (ada honest, mallory attacking), its report written,
-    and a chromium context: {"out", "rows", "context", "workdir"}."""
+    and the chromium context: {"out", "rows", "context", "workdir"}."""
     from grader.grade import grade_class
     from grader.report import write_report
 
-    try:
-        browser_lab.chromium()
-    except browser_lab.BrowserMissing as error:
-        pytest.fail(str(error), pytrace=False)
     workdir = tmp_path_factory.mktemp("attacked")
     submissions = browser_lab.attacking_class(workdir / "submitted")
     out = workdir / "out"
     rows = {r.student_id: r for r in grade_class(submissions, out, progress=False, jobs=1)}
     write_report(out, progress=False)
-    with browser_lab.browser(workdir) as context:
-        yield {"out": out, "rows": rows, "context": context, "workdir": workdir}
+    return {"out": out, "rows": rows, "context": chromium_context, "workdir": workdir}
 
 
 def _same_requests(attacker: browser_lab.Visit, honest: browser_lab.Visit, ids: dict[str, str]) -> list[str]:
