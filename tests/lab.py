@@ -262,16 +262,21 @@ def open_notebook(page, path: str, cells: int, kernel: bool = True, timeout: flo
         await widget.context.ready;
         if (kernel) { await widget.sessionContext.ready; }
     }""", [path, kernel])
-    page.wait_for_function("""async (cells) => {
-        const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-        const shown = panel ? panel.querySelectorAll('.jp-Notebook .jp-Cell') : [];
-        // each cell renders its markdown and math once it has been in view
-        for (const cell of shown) {
-            cell.scrollIntoView();
-            await new Promise(requestAnimationFrame);
-        }
-        return shown.length >= cells;
-    }""", arg=cells, timeout=timeout * 1000, polling=200)
+    page.wait_for_function("async (cells) => (" + _SCROLL_THROUGH + ")() >= cells",
+                           arg=cells, timeout=timeout * 1000, polling=200)
+
+
+# JavaScript run in the page: scroll every cell of the open notebook into view (each
+# renders its markdown and math once it has been in view); returns how many there are.
+_SCROLL_THROUGH = """async () => {
+    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+    const shown = panel ? panel.querySelectorAll('.jp-Notebook .jp-Cell') : [];
+    for (const cell of shown) {
+        cell.scrollIntoView();
+        await new Promise(requestAnimationFrame);
+    }
+    return shown.length;
+}"""
 
 
 # JavaScript run in the page: per cell (in notebook order), what it shows.
@@ -329,6 +334,8 @@ def wait_rendered(page, nb: nbformat.NotebookNode, timeout: float = 30) -> list[
         problems = rendering_problems(nb, cell_states(page))
         if not problems or time.monotonic() > deadline:
             return problems
+        if "cells shown" in problems[0]:  # JupyterLab attaches a cell once it has been in view
+            page.evaluate(_SCROLL_THROUGH)
         page.wait_for_timeout(250)
 
 
