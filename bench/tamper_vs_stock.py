@@ -230,8 +230,8 @@ def grade_stock(class_dir: Path, work: Path, reruns: int = 1) -> dict[str, dict]
     class_dir, work = Path(class_dir).resolve(), Path(work).resolve()
     _fresh_work(work)
     course = work / "course"
-    if course.exists():
-        shutil.rmtree(course)
+    if course.exists():  # (rm: a previous run's attacks may have left 1,100-deep folders)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(course)], check=True)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     (course / "nbgrader_config.py").write_text(STOCK_CONFIG.format(root=str(course)))
     students = _students(class_dir)
@@ -415,14 +415,13 @@ def _changed(original: Path, copy: Path) -> bool:
 
 
 def _du(path: Path) -> int:
-    total = 0
-    for dirpath, _, filenames in os.walk(path):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
+    """Apparent size of everything under ``path``, in bytes (``du``: an attack may leave
+    folders deeper than Python's recursion limit)."""
+    done = subprocess.run(["du", "-s", "-b", str(path)], capture_output=True, text=True)
+    try:
+        return int(done.stdout.split()[0])
+    except (IndexError, ValueError):
+        return -1
 
 
 # --- our grader ------------------------------------------------------------------------
@@ -441,7 +440,7 @@ def ours(class_dir: Path, out: Path) -> dict[str, dict]:
                            "late_penalty": sum(r.points.values()) - r.score,
                            "outputs": _outputs(Path(out) / "course", r.student_id),
                            "csv_rows": csv_rows, "table": table_text}
-            for r in rows if r.assignment_id == ASSIGNMENT}
+            for r in rows if r.assignment_id in (ASSIGNMENT, "")}  # "": a folder that is no student id
 
 
 def ours_wrapped(class_dir: Path, work: Path) -> dict[str, dict]:
@@ -572,8 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("(--keep keeps the working folder: stock.json, the nbgrader logs, the graded notebooks)")
     finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:  # rm, not shutil.rmtree: an attack may leave 1,100-deep folders behind
+            subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
     return 0
 
 
