@@ -554,28 +554,3 @@ def read_files(folder: Path, notebooks: list[str] | None = None) -> dict[str, by
         return files
     finally:
         src.close()
-
-
-def materialize(files: dict[str, bytes | int | str], dest: Path) -> Path:
-    """Write ``read_files``'s data back as a folder; a size stands for a sparse file of that size.
-
-    Entries ``read_files`` refused (a kind instead of data) are left out: give the data
-    to ``stage`` itself to keep their notes.
-
-    Raises:
-        BadSubmission: the data holds the status of a folder that could not be read,
-            or a name that cannot be a file name.
-    """
-    if PROBLEM in files:
-        raise BadSubmission(str(files[PROBLEM]))
-    dest.mkdir(parents=True)
-    for name, data in files.items():
-        if "/" in name or "\0" in name or name in ("", ".", ".."):
-            raise BadSubmission(f"a submitted file has an unusable name ({quoted(name)})")
-        path = dest / name
-        if isinstance(data, int):
-            with open(path, "wb") as f:
-                f.truncate(data)
-        elif isinstance(data, bytes):
-            path.write_bytes(data)
-    return dest

@@ -23,7 +23,7 @@ from nbgrader.api import Gradebook
 
 from grader import course
 from grader.grade import grade_class
-from grader.stage import BadSubmission, MAX_NOTEBOOK_BYTES, materialize, read_files, stage
+from grader.stage import BadSubmission, MAX_NOTEBOOK_BYTES, read_files, stage
 from tests.conftest import expected_grades
 from tests.postgres import free_port, postgres_server
 
@@ -63,15 +63,15 @@ def test_files_sent_as_data_stage_like_the_folder(tmp_path):
     with open(big / "weights.npy", "wb") as f:
         f.truncate(MAX_NOTEBOOK_BYTES + 1)
     notes = []
-    for source in (big, materialize(read_files(big), tmp_path / "sent")):
-        notes.append(stage(source, tmp_path / "staged" / source.name, [ASSIGNMENT], None))
+    for n, source in enumerate((big, read_files(big))):  # the folder, and its data as a worker gets it
+        notes.append(stage(source, tmp_path / f"staged{n}" / ASSIGNMENT, [ASSIGNMENT], None))
     assert notes[0] == notes[1] and "left out files over 20 MB: weights.npy" in notes[0]
     assert read_files(big)["weights.npy"] == MAX_NOTEBOOK_BYTES + 1  # its size, not its bytes
 
     with open(big / f"{ASSIGNMENT}.ipynb", "wb") as f:
         f.truncate(MAX_NOTEBOOK_BYTES + 1)
     errors = []
-    for n, source in enumerate((big, materialize(read_files(big), tmp_path / "sent2"))):
+    for n, source in enumerate((big, read_files(big))):
         with pytest.raises(BadSubmission) as error:
             stage(source, tmp_path / f"again{n}", [ASSIGNMENT], None)
         errors.append(str(error.value))
