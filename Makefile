@@ -3,17 +3,30 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SUBMISSIONS ?= sample_class
-OUT ?= out/grading
-# make grade JOBS=N (default: one worker per core), SCHEDULER=tcp://host:8786 (a Dask
-# cluster), DB_URL=postgresql://... (the gradebook); see docs/deploying.md
+# make grade grades the nbgrader course directory COURSE (default: the one nbgrader_config.py
+# names, this folder): its submitted/ as `nbgrader collect` leaves it. STUDENT=id and
+# ASSIGNMENT=id (each a space-separated list) grade only those; EXTENSIONS=csv gives
+# per-student due dates, TIMESTAMPS=csv overrides the collected submission times,
+# JOBS=N workers (default: one per core), SCHEDULER=tcp://host:8786 a Dask cluster,
+# DB_URL=postgresql://... the gradebook of a new COURSE; see docs/deploying.md.
+COURSE ?=
+STUDENT ?=
+ASSIGNMENT ?=
+EXTENSIONS ?=
+TIMESTAMPS ?=
 JOBS ?=
 SCHEDULER ?=
 DB_URL ?=
+# make demo grades the sample class in its own course directory, DEMO.
+DEMO ?= out/demo
 # make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb; make report ROSTER=roster.csv
 NOTEBOOK ?=
 ROSTER ?=
-GRADE_OPTS = $(if $(JOBS),--jobs $(JOBS)) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) $(if $(DB_URL),--db-url $(DB_URL))
+# Values are quoted for the shell: a URL holds & and ?.
+GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCHEDULER)') \
+	$(if $(DB_URL),--db-url '$(DB_URL)') $(if $(EXTENSIONS),--extensions '$(EXTENSIONS)') \
+	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
+	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
 .PHONY: demo test bench tamper-report lab release grade screenshots clean
 
@@ -24,8 +37,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
 
+# The sample class graded in a course directory of its own (its submitted folder: sample_class/).
 demo: $(STAMP) release
-	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
+	$(BIN)/course-grader grade --course '$(DEMO)' --submitted sample_class $(GRADE_OPTS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -45,7 +59,7 @@ release: $(STAMP)
 	$(BIN)/course-grader release
 
 grade: $(STAMP)
-	$(BIN)/course-grader grade $(SUBMISSIONS) --out $(OUT) $(GRADE_OPTS)
+	$(BIN)/course-grader grade $(if $(COURSE),--course '$(COURSE)') $(GRADE_OPTS)
 
 # Check my work: grade one saved notebook with the hidden checks, offline.
 .PHONY: check report
@@ -53,9 +67,10 @@ check: $(STAMP)
 	@test -n "$(NOTEBOOK)" || { echo "make check: say which notebook, e.g. make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb" >&2; exit 2; }
 	$(BIN)/course-grader check "$(NOTEBOOK)"
 
-# The class report and the LMS grade tables, after make grade or make demo: OUT/report/.
+# The class report and the LMS grade tables, after make grade: COURSE/report/
+# (make report COURSE=out/demo after make demo).
 report: $(STAMP)
-	$(BIN)/course-grader report --out $(OUT) $(if $(DB_URL),--db-url $(DB_URL)) $(if $(ROSTER),--roster $(ROSTER))
+	$(BIN)/course-grader report $(if $(COURSE),--course '$(COURSE)') $(if $(ROSTER),--roster '$(ROSTER)')
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks

@@ -74,10 +74,11 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
-# Lateness counts only when the instructor gives a due date and the submission times
-# (course-grader grade --duedate ... --timestamps times.csv); students' own
-# timestamp.txt files are never trusted. A late submission scores 0; set "none" to
-# only record how late it was.
+# Lateness: the due date is the gradebook's (nbgrader db assignment add ... --duedate, or
+# course-grader grade --duedate), a student's extension is nbgrader's (course-grader grade
+# --extensions); the submission time is the one `nbgrader collect` records from the
+# exchange, which the student cannot forge (grader/README.md), never the student's own
+# timestamp.txt. A late submission scores 0; set "none" to only record how late it was.
 c.LateSubmissionPlugin.penalty_method = "zero"
 
 # The secret that seeds every student's hidden inputs (grader/verify.py). Created on
@@ -98,3 +99,7 @@ c.HTMLExporter.filters = {
     "markdown2html": "grader.sanitize.MarkdownToSafeHTML",
 }
 c.HTMLExporter.preprocessors = ["grader.sanitize.SanitizeOutputs"]
+
+# `nbgrader export` writes grades.csv, the whole gradebook with each row's status, as
+# course-grader grade does after every run (grader/gradetable.py).
+c.ExportApp.plugin_class = "grader.gradetable.GradeTable"

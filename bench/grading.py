@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from grader import course  # noqa: E402
+from grader.coursedir import CourseDir  # noqa: E402
 from grader.grade import Grader  # noqa: E402
 from bench.stock import grade_one, stock_workspace  # noqa: E402
 
@@ -37,7 +38,7 @@ def stock_grader(work: Path):
 
 
 def ours_grader(work: Path):
-    grader = Grader(work)
+    grader = Grader(CourseDir.open(work, submitted=course.SAMPLE_CLASS))
 
     def grade() -> None:
         row = grader.grade(course.SAMPLE_CLASS / STUDENT / ASSIGNMENT, STUDENT, ASSIGNMENT)

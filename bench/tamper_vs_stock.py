@@ -433,12 +433,12 @@ def ours(class_dir: Path, out: Path) -> dict[str, dict]:
     # the instructor's due date and trusted submission time (only t12's is recorded: late)
     from grader.grade import format_table
 
-    rows = grade_class(Path(class_dir), Path(out), progress=False, duedates={ASSIGNMENT: tamper.DUE_DATE},
+    rows = grade_class(Path(out), submitted=Path(class_dir), progress=False, duedates={ASSIGNMENT: tamper.DUE_DATE},
                        timestamps={("t12_forged_timestamp", ASSIGNMENT): tamper.TRUE_TIMESTAMP})
     csv_rows, table_text = _csv_rows(Path(out) / "grades.csv"), format_table(rows)
     return {r.student_id: {"points": dict(r.points), "status": r.status, "score": r.score,
                            "late_penalty": sum(r.points.values()) - r.score,
-                           "outputs": _outputs(Path(out) / "course", r.student_id),
+                           "outputs": _outputs(Path(out), r.student_id),
                            "csv_rows": csv_rows, "table": table_text}
             for r in rows if r.assignment_id in (ASSIGNMENT, "")}  # "": a folder that is no student id
 

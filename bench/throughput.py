@@ -131,7 +131,7 @@ def stock(class_dir: Path, work: Path, students: list[str]) -> float:
 
 def ours(class_dir: Path, out: Path, jobs: int, expected: dict[str, int]) -> float:
     start = time.perf_counter()
-    rows = grade_class(class_dir, out, progress=False, jobs=jobs)
+    rows = grade_class(out, submitted=class_dir, progress=False, jobs=jobs)
     seconds = time.perf_counter() - start
     wrong = [r.student_id for r in rows if r.score != expected[r.student_id]]
     assert not wrong, f"ours graded these differently from sample_class/*/expected.json: {wrong}"

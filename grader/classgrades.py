@@ -16,7 +16,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.engine import make_url
 
 from . import course
-from .grade import Workspace, configured_db_url
+from .coursedir import CourseDir
 
 UNANSWERED = "No response."  # nbgrader's comment on an answer cell left as released
 
@@ -51,13 +51,14 @@ class ClassGrades:
         return [s for s in self.submissions if s.assignment_id == assignment_id and (s.graded or not graded_only)]
 
 
-def gradebook_url(out: Path, db_url: str | None = None) -> str:
-    """The gradebook ``course-grader grade --out OUT`` wrote (the same choice as ``grade``).
+def gradebook_url(course_dir: Path | str | None = None) -> str:
+    """The gradebook of the course directory (``grader.coursedir``: its nbgrader_config.py's
+    ``db_url``, else its gradebook.db), as ``course-grader grade`` and nbgrader use it.
 
     Raises:
         NoGrades: it is a SQLite file that does not exist yet.
     """
-    url = Workspace(Path(out).resolve(), db_url or configured_db_url()).db_url
+    url = CourseDir.open(course_dir).db_url
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
         raise NoGrades(f"no gradebook at {parsed.database}: grade first (make grade, or make demo)")

@@ -15,33 +15,42 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("release", help="regenerate notebooks/ from solutions/")
-    grade = sub.add_parser("grade", help="autograde DIR/<student_id>/<assignment_id>/<notebook>.ipynb")
-    grade.add_argument("submissions", type=Path, nargs="?", default=course.SAMPLE_CLASS)
-    grade.add_argument("--out", type=Path, default=Path("out/grading"),
-                       help="where grades.csv, feedback/ and the gradebook go (default: out/grading)")
+    grade = sub.add_parser("grade", help="autograde the course directory's submitted/<student_id>/<assignment_id>/")
+    grade.add_argument("--course", type=Path, metavar="DIR",
+                       help="the nbgrader course directory (default: the one nbgrader_config.py names, the "
+                            "repository root); a folder without nbgrader_config.py gets one")
+    grade.add_argument("--assignment", action="append", default=[], metavar="ID",
+                       help="grade only this assignment (repeatable); the other rows stay as they are")
+    grade.add_argument("--student", action="append", default=[], metavar="ID",
+                       help="grade only this student (repeatable); the other rows stay as they are")
     grade.add_argument("--duedate", action="append", default=[], metavar="ASSIGNMENT=DATE",
-                       help='a due date, e.g. 01_similarity="2026-12-01 23:59 UTC" (repeatable)')
+                       help='an assignment\'s due date for everyone, kept in the gradebook, e.g. '
+                            '01_similarity="2026-12-01 23:59 UTC" (repeatable)')
+    grade.add_argument("--extensions", type=Path, metavar="CSV",
+                       help="per-student due dates (student_id,assignment_id,duedate), kept in the gradebook "
+                            "as nbgrader's extensions")
     grade.add_argument("--timestamps", type=Path, metavar="CSV",
-                       help="submission times you trust (student_id,assignment_id,timestamp), "
-                            "e.g. exported from your LMS; needed for late penalties")
+                       help="submission times you trust (student_id,assignment_id,timestamp), in place of "
+                            "the ones nbgrader collect recorded in submission_times.csv")
     grade.add_argument("--jobs", type=int, metavar="N",
                        help="submissions graded at once on this machine (default: the number of cores)")
     grade.add_argument("--scheduler", metavar="ADDRESS",
                        help="grade on the workers of this Dask scheduler (tcp://host:8786 or tls://...) "
                             "instead of on this machine")
     grade.add_argument("--db-url", metavar="URL",
-                       help="the gradebook, e.g. postgresql://grader@dbhost/course (default: "
-                            "nbgrader_config.py's c.CourseDirectory.db_url, else OUT/course/gradebook.db)")
+                       help="the gradebook of a new course directory, e.g. postgresql://grader@dbhost/course "
+                            "(an existing one uses its nbgrader_config.py's c.CourseDirectory.db_url)")
+    grade.add_argument("--submitted", type=Path, metavar="DIR",
+                       help="the submitted folder of a new course directory, laid out as "
+                            "DIR/<student_id>/<assignment_id>/ (default: COURSE/submitted)")
     grade.add_argument("--roster", type=Path, metavar="CSV",
                        help="the class's student ids (a student_id column): other folders are not graded; "
                             "without it, folder names must be ids of letters, digits and . _ - @")
     check = sub.add_parser("check", help="check my work: grade one saved notebook with the hidden checks")
     check.add_argument("notebook", type=Path, help="the .ipynb file, e.g. notebooks/01_similarity/01_similarity.ipynb")
     report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
-    report.add_argument("--out", type=Path, default=Path("out/grading"),
-                        help="the grading output folder (default: out/grading); writes OUT/report/")
-    report.add_argument("--db-url", metavar="URL",
-                        help="the gradebook (default: as `grade` chooses it for --out)")
+    report.add_argument("--course", type=Path, metavar="DIR",
+                        help="the course directory (default: the one nbgrader_config.py names); writes DIR/report/")
     report.add_argument("--roster", type=Path, metavar="CSV",
                         help="student_id,name,email,sis_user_id,sis_login_id,section: fills the LMS columns")
     args = parser.parse_args(argv)
@@ -49,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return _check(args.notebook)
     if args.command == "report":
-        return _report(args.out, args.db_url, args.roster)
+        return _report(args.course, args.roster)
     if args.command == "release":
         from .release import release
 
@@ -57,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"released {path.relative_to(course.ROOT)}")
         return 0
 
-    from .grade import format_table, grade_class, read_timestamps
+    from .coursedir import CourseDir, CourseDirError
+    from .grade import format_table, grade_class, read_extensions, read_timestamps
     from .parallel import EngineUnavailable
 
     # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
@@ -65,37 +75,43 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="nbgrader")
     warnings.filterwarnings("ignore", module="nbformat")
 
-    if not args.submissions.is_dir():
-        print(f"course-grader: no submissions folder at {shown(args.submissions)}: "
-              "pass DIR laid out as DIR/<student_id>/<assignment_id>/<notebook>.ipynb", file=sys.stderr)
+    def fail(message: str) -> int:
+        print(f"course-grader: {shown(message)}", file=sys.stderr)
         return 2
+
     bad = [d for d in args.duedate if "=" not in d]
     if bad:
-        print(f"course-grader: --duedate wants ASSIGNMENT=DATE, got {shown(repr(bad[0]))}", file=sys.stderr)
-        return 2
-    duedates = dict(d.split("=", 1) for d in args.duedate)
-    timestamps = read_timestamps(args.timestamps) if args.timestamps else None
-    roster = None
-    if args.roster:
-        from .lms import BadRoster, read_roster
-
-        try:
-            roster = set(read_roster(args.roster))
-        except BadRoster as error:
-            print(f"course-grader: {shown(error)}", file=sys.stderr)
-            return 2
+        return fail(f"--duedate wants ASSIGNMENT=DATE, got {bad[0]!r}")
+    if args.duedate and args.student:
+        return fail("--duedate sets an assignment's due date for every student: for one student's "
+                    "extension, give --extensions CSV (student_id,assignment_id,duedate)")
     if args.jobs is not None and args.jobs < 1:
-        print(f"course-grader: --jobs must be at least 1, got {args.jobs}", file=sys.stderr)
-        return 2
+        return fail(f"--jobs must be at least 1, got {args.jobs}")
+    unknown = sorted(set(args.assignment) - set(course.assignments()))
+    if unknown:
+        return fail(f"there is no assignment {unknown[0]!r} in this course "
+                    f"({', '.join(course.assignments())})")
+    duedates = dict(d.split("=", 1) for d in args.duedate)
+    roster = None
     try:
-        rows = grade_class(args.submissions, args.out, duedates=duedates, timestamps=timestamps,
-                           jobs=args.jobs, scheduler=args.scheduler, db_url=args.db_url, roster=roster)
-    except (EngineUnavailable, RuntimeError) as error:
-        print(f"course-grader: {shown(error)}", file=sys.stderr)
-        return 2
+        timestamps = read_timestamps(args.timestamps) if args.timestamps else None
+        extensions = read_extensions(args.extensions) if args.extensions else None
+        if args.roster:
+            from .lms import BadRoster, read_roster
+
+            try:
+                roster = set(read_roster(args.roster))
+            except BadRoster as error:
+                return fail(str(error))
+        course_dir = CourseDir.open(args.course, args.db_url, args.submitted)
+        rows = grade_class(course_dir, assignments=args.assignment or None, students=args.student or None,
+                           duedates=duedates, timestamps=timestamps, extensions=extensions, jobs=args.jobs,
+                           scheduler=args.scheduler, roster=roster)
+    except (EngineUnavailable, CourseDirError, RuntimeError, FileNotFoundError) as error:
+        return fail(str(error))
     print(format_table(rows))
-    print(f"\ngrade table: {shown(args.out / 'grades.csv')}")
-    print(f"feedback:    {shown(args.out / 'course' / 'feedback')}/<student_id>/<assignment_id>/<notebook>.html")
+    print(f"\ngrade table: {shown(course_dir.grades_csv)} (the whole gradebook)")
+    print(f"feedback:    {shown(course_dir.folder('feedback'))}/<student_id>/<assignment_id>/<notebook>.html")
     return 0
 
 
@@ -114,13 +130,14 @@ def _check(notebook: Path) -> int:
     return 0 if checked.graded else 1
 
 
-def _report(out: Path, db_url: str | None, roster: Path | None) -> int:
+def _report(course_dir: Path | None, roster: Path | None) -> int:
+    from .coursedir import CourseDirError
     from .lms import BadRoster
     from .report import NoGrades, write_report
 
     try:
-        written = write_report(out, db_url=db_url, roster=roster)
-    except (NoGrades, BadRoster) as error:
+        written = write_report(course_dir, roster=roster)
+    except (NoGrades, BadRoster, CourseDirError) as error:
         print(f"course-grader report: {shown(error)}", file=sys.stderr)
         return 2
     for path in written:

@@ -56,6 +56,9 @@ def diagnose(cell: NotebookNode, limits: str = "") -> str | None:
     return one_line(f"{name}: {value}")
 
 
+AUTOGRADER_COMMENT = '<div class="autograder-comment'  # how an autograder's comment starts in feedback
+
+
 def comment_text(comment: str) -> str:
     """An autograder comment (a diagnosis) as nbgrader's feedback template needs it.
 
@@ -64,7 +67,7 @@ def comment_text(comment: str) -> str:
     around ``sanitize.text_html(comment)``: markdown leaves an HTML block alone, so
     ``[x](...)``, ``*`` and ``$`` stay characters, and MathJax skips it.
     """
-    return f'<div class="autograder-comment {NO_MATH}">{text_html(comment)}</div>'
+    return f'{AUTOGRADER_COMMENT} {NO_MATH}">{text_html(comment)}</div>'
 
 
 def verdict_of(cell: NotebookNode) -> dict | None:

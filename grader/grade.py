@@ -1,90 +1,44 @@
-"""Grade a class: submitted notebooks -> nbgrader gradebook, grades.csv and feedback HTML.
+"""Grade a class: the course directory's submitted/ -> gradebook, autograded/, feedback/, grades.csv.
 
-The input is nbgrader's submitted layout, ``DIR/<student_id>/<assignment_id>/<notebook>.ipynb``.
-Each submission is one unit of work (``grader.unit.grade_submission``), run by Dask
-workers (``grader.parallel``): on this machine by default, on a cluster when a
-scheduler is given. This module is the collector: the one process that writes the
-gradebook (any SQLAlchemy URL nbgrader accepts: SQLite by default, PostgreSQL for a
-large course), the autograded/ and feedback/ folders of the workspace and grades.csv.
-The input folder is never written. Whatever is wrong with one submission becomes
-that row's status; it never stops the batch. Folder names are the students' text:
-they become ids only when valid (``submissions``), and every name and status is
-escaped in the terminal table and neutralised in grades.csv (``grader.names``).
+The input is nbgrader's submitted layout, ``submitted/<student_id>/<assignment_id>/<notebook>.ipynb``
+of the instructor's nbgrader course directory (``grader.coursedir``), as ``nbgrader
+collect`` leaves it. Each submission is one unit of work
+(``grader.unit.grade_submission``), run by Dask workers (``grader.parallel``): on this
+machine by default, on a cluster when a scheduler is given. This module is the
+collector: the one process that writes the gradebook (any SQLAlchemy URL nbgrader
+accepts: SQLite by default, PostgreSQL for a large course) and the course directory's
+autograded/ and feedback/, as nbgrader's autograde and generate_feedback would, so
+formgrader and nbgrader's commands work on the same folders and agree. grades.csv is
+then written anew from the whole gradebook (``grader.gradetable``). submitted/ is never
+written. Whatever is wrong with one submission becomes that row's status; it never
+stops the batch. Folder names are the students' text: they become ids only when valid
+(``submissions``), and every name and status is escaped in the terminal table and
+neutralised in grades.csv (``grader.names``).
 """
 from __future__ import annotations
 
 import csv
+import datetime
 import fcntl
 import os
 import shutil
-from dataclasses import dataclass, field
+import warnings
 from pathlib import Path
 
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import AssignLatePenalties
+from nbgrader.utils import parse_utc
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
-from .names import csv_row, quoted, shown, student_id_problem
-from .release import generate
+from .coursedir import CourseDir, Statuses
+from .gradetable import Row, export, write_csv  # noqa: F401 - Row and write_csv are part of this API
+from .names import quoted, shown, student_id_problem
+from .release import generate, nbgrader_api
 from .stage import folder_problem
 from .unit import Settings, course_version, grade_submission
 from .verify import CourseSecret
-
-
-@dataclass
-class Row:
-    """One student's result on one assignment: a row of grades.csv."""
-
-    student_id: str
-    assignment_id: str
-    score: float
-    max_score: float
-    status: str
-    points: dict[str, float] = field(default_factory=dict)  # exercise id -> points
-    diagnoses: dict[str, str] = field(default_factory=dict)  # exercise id -> what went wrong
-    feedback: list[Path] = field(default_factory=list)
-
-
-@dataclass
-class Workspace:
-    """The folders nbgrader works in for one grading run, all under ``out/course``."""
-
-    out: Path
-    database: str | None = None  # a SQLAlchemy URL; None: course/gradebook.db (SQLite)
-
-    @property
-    def course(self) -> Path:
-        return self.out / "course"
-
-    @property
-    def db_url(self) -> str:
-        return self.database or f"sqlite:///{self.course / 'gradebook.db'}"
-
-    def write_nbgrader_config(self) -> None:
-        """Let nbgrader's own tools (formgrader, export, manual grading) open this workspace:
-        ``cd out/grading/course && nbgrader export`` or ``jupyter lab`` there."""
-        (self.course / "nbgrader_config.py").write_text(
-            '"""Written by course-grader: nbgrader commands run here work on this grading workspace."""\n'
-            "c = get_config()  # noqa: F821\n"
-            f"load_subconfig({str(course.CONFIG_FILE)!r})  # noqa: F821 - the course's configuration\n"
-            f"c.CourseDirectory.root = {str(self.course)!r}\n"
-            f"c.CourseDirectory.source_directory = {str(course.SOLUTIONS)!r}\n"
-            'c.CourseDirectory.release_directory = "release"\n'
-            f"c.CourseDirectory.db_url = {self.db_url!r}\n", encoding="utf-8")
-
-    def config(self):
-        config = course.load_config()
-        for step in ("release", "submitted", "autograded", "feedback"):
-            setattr(config.CourseDirectory, f"{step}_directory", str(self.course / step))
-        config.CourseDirectory.db_url = self.db_url
-        return config
-
-
-def configured_db_url() -> str | None:
-    """The gradebook URL set in nbgrader_config.py (``c.CourseDirectory.db_url``), if any."""
-    config = course.load_config()
-    return config.CourseDirectory.db_url if "db_url" in config.CourseDirectory else None
 
 
 def _check_gradebook(db_url: str) -> None:
@@ -106,50 +60,105 @@ def _check_gradebook(db_url: str) -> None:
         raise RuntimeError(f"cannot open the gradebook at {shown}: {reason}") from None
 
 
-class Grader:
-    """The collector of one grading run: it alone writes the workspace and its gradebook.
+def _utc(text: str, what: str) -> datetime.datetime:
+    try:
+        return parse_utc(text)
+    except (ValueError, OverflowError, TypeError):
+        raise RuntimeError(f"{what}: {shown(repr(text))} is not a date and time "
+                           '(e.g. "2026-12-01 23:59:00 UTC")') from None
 
-    Build it once per batch; ``record`` each unit's result, or ``grade`` one submission
-    in this process. ``db_url`` (else nbgrader_config.py's, else SQLite in the
-    workspace) may be any SQLAlchemy URL nbgrader accepts, e.g.
-    ``postgresql://grader@dbhost/course``.
+
+def _late_penalties(gb: Gradebook, config, assignment_id: str, student_id: str) -> None:
+    """Each notebook's late penalty, as nbgrader's AssignLatePenalties computes it (the
+    course's plugin and penalty method), from the gradebook's scores, manual grades
+    included, and the student's due date, extension included."""
+    assigner = AssignLatePenalties(config=config)
+    assigner.init_plugin()
+    submission = gb.find_submission(assignment_id, student_id)
+    for notebook in submission.notebooks:
+        notebook.late_submission_penalty = None
+        if submission.total_seconds_late > 0:
+            penalty = assigner.plugin_inst.late_submission_penalty(student_id, notebook.score,
+                                                                   submission.total_seconds_late)
+            if penalty is not None:
+                notebook.late_submission_penalty = assigner._check_late_penalty(notebook, penalty)
+
+
+def _has_manual(gb: Gradebook, assignment_id: str, student_id: str) -> bool:
+    submission = gb.find_submission(assignment_id, student_id)
+    return any(g.manual_score is not None for nb in submission.notebooks for g in nb.grades) or any(
+        c.manual_comment for nb in submission.notebooks for c in nb.comments)
+
+
+class Grader:
+    """The collector of one grading run: it alone writes the course directory while it runs.
+
+    It writes what nbgrader's autograde and generate_feedback would write in the course
+    directory (``grader.coursedir``): autograded/ and feedback/ of each submission, and the
+    gradebook. ``duedates`` (assignment id -> date) are set as the assignments' due
+    dates in the gradebook; without one, the gradebook's due date stands.
+    ``extensions`` ((student, assignment) -> that student's due date) become nbgrader's
+    extensions. Submission times are ``timestamps`` when given (the instructor's
+    override, e.g. from an LMS), else what ``nbgrader collect`` recorded in
+    submission_times.csv (``grader.exchange``); a student's own timestamp.txt never.
 
     Raises:
-        RuntimeError: another grader holds this workspace, or the gradebook cannot be opened.
+        RuntimeError: another grader holds this course directory, the gradebook cannot be
+            opened, or a due date or extension cannot be used.
     """
 
-    def __init__(self, out: Path, duedates: dict[str, str] | None = None,
-                 timestamps: dict[tuple[str, str], str] | None = None, db_url: str | None = None):
-        self.ws = Workspace(Path(out).resolve(), db_url or configured_db_url())
-        self.ws.course.mkdir(parents=True, exist_ok=True)
-        # one grader per workspace: it alone writes the gradebook
-        self._lock = open(self.ws.course / ".grader.lock", "w")
+    def __init__(self, course_dir: CourseDir | Path | str | None = None, duedates: dict[str, str] | None = None,
+                 timestamps: dict[tuple[str, str], str] | None = None,
+                 extensions: dict[tuple[str, str], str] | None = None):
+        self.course = course_dir if isinstance(course_dir, CourseDir) else CourseDir.open(course_dir)
+        self.db_url = self.course.db_url
+        # one grader per course directory: it alone writes the gradebook
+        self._lock = open(self.course.state / "lock", "w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another grader is already working in {self.ws.out}; "
-                               "wait for it to finish or use another --out") from None
-        _check_gradebook(self.ws.db_url)
-        self.ws.write_nbgrader_config()
-        self.duedates = duedates or {}
+            raise RuntimeError(f"another grader is already working in {shown(self.course.root)}; "
+                               "wait for it to finish") from None
+        _check_gradebook(self.db_url)
+        self.duedates = {a: _utc(d, f"the due date of {a}") for a, d in (duedates or {}).items()}
+        self.extensions = {k: _utc(d, f"the extension of {k[0]} on {k[1]}") for k, d in (extensions or {}).items()}
+        if timestamps is None and self.course.submission_times.is_file():
+            timestamps = read_timestamps(self.course.submission_times)
         self.timestamps = timestamps or {}
-        config = self.ws.config()
-        self.secret = CourseSecret(config=config).secret()
+        self.secret = CourseSecret(config=self.course.config).secret()
+        self.statuses = Statuses(self.course)
         self._registered: set[str] = set()
         self._max: dict[str, tuple[float, dict[str, float]]] = {}
 
     def _register(self, assignment_id: str) -> None:
+        """Generate the assignment into the course's release/ and register it in the gradebook,
+        as ``nbgrader generate_assignment`` does; set a due date given to this run."""
         if assignment_id not in self._registered:
-            generate(self.ws.course / "release", self.ws.db_url, [assignment_id])
-            with Gradebook(self.ws.db_url) as gb:
-                gb.update_or_create_assignment(assignment_id, duedate=self.duedates.get(assignment_id))
+            generate(self.course.folder("release"), self.db_url, [assignment_id])
+            with Gradebook(self.db_url) as gb:
+                if assignment_id in self.duedates:
+                    gb.update_or_create_assignment(assignment_id, duedate=self.duedates[assignment_id])
+                for (student, assignment), duedate in self.extensions.items():
+                    if assignment == assignment_id:
+                        self._extend(gb, student, assignment, duedate)
             self._registered.add(assignment_id)
+
+    @staticmethod
+    def _extend(gb: Gradebook, student_id: str, assignment_id: str, duedate: datetime.datetime) -> None:
+        assignment = gb.find_assignment(assignment_id)
+        if assignment.duedate is None:
+            raise RuntimeError(f"an extension for {student_id} on {assignment_id}, which has no due date: "
+                               f"give one (--duedate {assignment_id}=...)")
+        gb.update_or_create_student(student_id)
+        submission = gb.update_or_create_submission(assignment_id, student_id)
+        submission.extension = duedate - assignment.duedate if duedate > assignment.duedate else None
+        gb.db.commit()
 
     def max_points(self, assignment_id: str) -> tuple[float, dict[str, float]]:
         """The assignment's total and per-exercise maximum points."""
         if assignment_id not in self._max:
             self._register(assignment_id)
-            with Gradebook(self.ws.db_url) as gb:
+            with Gradebook(self.db_url) as gb:
                 per = {}
                 for nb in gb.find_assignment(assignment_id).notebooks:
                     for cell in nb.grade_cells:
@@ -157,9 +166,19 @@ class Grader:
             self._max[assignment_id] = (sum(per.values()), per)
         return self._max[assignment_id]
 
+    def duedate(self, student_id: str, assignment_id: str) -> str | None:
+        """The student's due date in the gradebook (the assignment's, or their extension's)."""
+        self._register(assignment_id)
+        with Gradebook(self.db_url) as gb:
+            try:
+                due = gb.find_submission(assignment_id, student_id).duedate
+            except MissingEntry:
+                due = gb.find_assignment(assignment_id).duedate
+        return f"{due.isoformat()} UTC" if due else None
+
     def settings(self, student_id: str, assignment_id: str) -> Settings:
         """What the unit of this submission needs besides its files."""
-        return Settings(self.secret, self.duedates.get(assignment_id),
+        return Settings(self.secret, self.duedate(student_id, assignment_id),
                         self.timestamps.get((student_id, assignment_id)), course_version())
 
     def precheck(self, submission: Path, student_id: str, assignment_id: str) -> Row | None:
@@ -168,70 +187,111 @@ class Grader:
         if assignment_id not in course.assignments():
             return Row(shown(student_id), shown(assignment_id), 0.0, 0.0,
                        f"not graded: there is no assignment {quoted(assignment_id)} in this course")
-        total, per = self.max_points(assignment_id)
+        self.max_points(assignment_id)
         problem = folder_problem(submission)
         if problem:
-            return Row(student_id, assignment_id, 0.0, total, f"not graded: {problem}", dict.fromkeys(per, 0.0))
+            return self._ungraded(student_id, assignment_id, f"not graded: {problem}")
         return None
 
     def grade(self, submission: Path, student_id: str, assignment_id: str) -> Row:
         """Grade one student's submission of one assignment in this process; never raises for bad input."""
-        return self.precheck(submission, student_id, assignment_id) or self.record(grade_submission(
+        row = self.precheck(submission, student_id, assignment_id) or self.record(grade_submission(
             str(submission), student_id, assignment_id, self.settings(student_id, assignment_id)))
+        self.statuses.save()
+        return row
 
     def failed(self, student_id: str, assignment_id: str, why: str) -> Row:
         """The row of a unit that did not come back (its worker died, the grader failed)."""
+        return self._ungraded(student_id, assignment_id, f"not graded: {why}")
+
+    def _ungraded(self, student_id: str, assignment_id: str, status: str) -> Row:
+        """The row of a submission that was not graded now. The student is put in the
+        gradebook (nbgrader's export lists them); a submission graded before keeps its grades."""
+        self.max_points(assignment_id)
+        with Gradebook(self.db_url) as gb:
+            gb.update_or_create_student(student_id)
+        self.statuses.rows[(student_id, assignment_id)] = status
+        return self._row(student_id, assignment_id)
+
+    def _row(self, student_id: str, assignment_id: str, diagnoses: dict[str, str] | None = None) -> Row:
+        """The row as the gradebook has it now (manual grades and the late penalty included),
+        with its status: what grades.csv and nbgrader's export say of it."""
         total, per = self.max_points(assignment_id)
-        return Row(student_id, assignment_id, 0.0, total, f"not graded: {why}", dict.fromkeys(per, 0.0))
+        points, penalty = dict.fromkeys(per, 0.0), 0.0
+        with Gradebook(self.db_url) as gb:
+            try:
+                notebooks = gb.find_submission(assignment_id, student_id).notebooks
+            except MissingEntry:
+                notebooks = []
+            for notebook in notebooks:
+                penalty += float(notebook.late_submission_penalty or 0.0)
+                for grade in notebook.grades:
+                    points[course.exercise_id(grade.name)] = float(grade.score or 0.0)
+        feedback = sorted((self.course.folder("feedback") / student_id / assignment_id).glob("*.html"))
+        return Row(student_id, assignment_id, max(0.0, sum(points.values()) - penalty), total,
+                   self.statuses.rows[(student_id, assignment_id)], points, diagnoses or {}, feedback)
+
+    def _write(self, step: str, student_id: str, assignment_id: str, texts: dict[str, str], suffix: str,
+               keys: dict[str, str]) -> Path:
+        dest = self.course.folder(step) / student_id / assignment_id
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        for notebook, text in texts.items():
+            (dest / f"{notebook}{suffix}").write_text(text, encoding="utf-8")
+        for name, text in keys.items():  # nbgrader's release_feedback reads both
+            (dest / name).write_text(text, encoding="utf-8")
+        return dest
 
     def record(self, result: dict) -> Row:
-        """Write one unit's result into the workspace and the gradebook; return its row.
+        """Write one unit's result into the course directory and the gradebook; return its row.
 
         The gradebook gets what nbgrader's autograde wrote in the unit's own gradebook:
         the student, the submission and its timestamp, then (when it was graded) each
-        grade's auto score, each autograder comment and the late penalty, these in one
-        transaction. Manual
-        grades are kept and override, so the row's points are read back from the
-        gradebook. Recording the same result twice changes nothing.
+        grade's auto score and each autograder comment, in one transaction, and the late
+        penalty computed here, from the gradebook's scores. A manual grade or comment
+        stays and counts, and a cell graded by hand is not flagged for grading again;
+        the feedback of a submission with one is generated here by nbgrader from the
+        gradebook, so it shows them. The row's points are read back from the gradebook.
+        Recording the same result twice changes nothing.
         """
         student_id, assignment_id = result["student_id"], result["assignment_id"]
-        total, per = self.max_points(assignment_id)
+        self.max_points(assignment_id)
         snapshot = result["gradebook"]
-        if snapshot is None:  # never reached nbgrader: nothing of it in the gradebook, as before
-            return Row(student_id, assignment_id, 0.0, total, result["status"], dict.fromkeys(per, 0.0))
-        for folder, texts, suffix in (("submitted", result["submitted"], ".ipynb"),
-                                      ("autograded", result["autograded"], ".ipynb"),
-                                      ("feedback", result["feedback"], ".html")):
-            if texts:
-                dest = self.ws.course / folder / student_id / assignment_id
-                shutil.rmtree(dest, ignore_errors=True)
-                dest.mkdir(parents=True)
-                for notebook, text in texts.items():
-                    (dest / f"{notebook}{suffix}").write_text(text, encoding="utf-8")
-        with Gradebook(self.ws.db_url) as gb:
+        if snapshot is None:  # never reached nbgrader: a grade recorded before stands
+            return self._ungraded(student_id, assignment_id, result["status"])
+        keys = result.get("keys", {})
+        if result["autograded"]:
+            self._write("autograded", student_id, assignment_id, result["autograded"], ".ipynb", keys)
+        with Gradebook(self.db_url) as gb:
             gb.update_or_create_student(student_id)
             kwargs = {"timestamp": snapshot["timestamp"]} if snapshot["timestamp"] else {}
-            gb.update_or_create_submission(assignment_id, student_id, **kwargs)
-            if result["graded"]:
-                for name, saved in snapshot["notebooks"].items():
-                    notebook = gb.find_submission_notebook(name, assignment_id, student_id)
-                    notebook.late_submission_penalty = saved["late_submission_penalty"]
-                    for grade in notebook.grades:
-                        grade.auto_score, needs_manual = saved["grades"][grade.name]
-                        # as SaveVerifiedGrades decides it, with this gradebook's manual score
-                        grade.needs_manual_grade = needs_manual or grade.manual_score is not None
-                    for comment in notebook.comments:
-                        comment.auto_comment = saved["comments"][comment.name]
-                gb.db.commit()
-            points = dict.fromkeys(per, 0.0)
-            for name in snapshot["notebooks"]:
-                for grade in gb.find_submission_notebook(name, assignment_id, student_id).grades:
-                    points[course.exercise_id(grade.name)] = float(grade.score)
-        if not result["graded"]:
-            return Row(student_id, assignment_id, 0.0, total, result["status"], dict.fromkeys(per, 0.0))
-        feedback_dir = self.ws.course / "feedback" / student_id / assignment_id
-        return Row(student_id, assignment_id, max(0.0, sum(points.values()) - result["penalty"]), total,
-                   result["status"], points, result["diagnoses"], sorted(feedback_dir.glob("*.html")))
+            submission = gb.update_or_create_submission(assignment_id, student_id, **kwargs)
+            if not snapshot["timestamp"]:
+                submission.timestamp = None
+            # the latest submission's grades, also when it could not be graded (no auto
+            # score: formgrader then flags it), the late penalty from them
+            for name, saved in snapshot["notebooks"].items():
+                notebook = gb.find_submission_notebook(name, assignment_id, student_id)
+                for grade in notebook.grades:
+                    grade.auto_score, needs_manual = saved["grades"].get(grade.name, (None, True))
+                    grade.needs_manual_grade = needs_manual and grade.manual_score is None
+                for comment in notebook.comments:
+                    comment.auto_comment = saved["comments"].get(comment.name)
+            _late_penalties(gb, self.course.config, assignment_id, student_id)
+            gb.db.commit()
+            manual = _has_manual(gb, assignment_id, student_id)
+        self.statuses.rows[(student_id, assignment_id)] = result["status"]
+        if result["graded"] and manual:
+            feedback_dir = self.course.folder("feedback") / student_id / assignment_id
+            shutil.rmtree(feedback_dir, ignore_errors=True)
+            with warnings.catch_warnings():  # nbgrader 0.9.6 warns on every run (SQLAlchemy, cell ids)
+                warnings.simplefilter("ignore")
+                made = nbgrader_api(self.course.config).generate_feedback(assignment_id, student_id, force=True)
+            if not made["success"]:
+                self.statuses.rows[(student_id, assignment_id)] += "; the feedback could not be generated"
+        elif result["graded"] and result["feedback"]:
+            self._write("feedback", student_id, assignment_id, result["feedback"], ".html", keys)
+        return self._row(student_id, assignment_id, result["diagnoses"] if result["graded"] else None)
 
 
 def submissions(class_dir: Path, roster=None) -> list[tuple[str, str, Path, str | None]]:
@@ -296,43 +356,80 @@ def _folders(student_dir: Path) -> list[str]:
         os.close(fd)
 
 
+def _read_csv(path: Path, value: str) -> dict[tuple[str, str], str]:
+    """(student_id, assignment_id) -> the ``value`` column of an instructor's CSV.
+
+    Raises:
+        RuntimeError: the file cannot be read or lacks a column; the message says which.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = {"student_id", "assignment_id", value} - set(reader.fieldnames or [])
+            if missing:
+                raise RuntimeError(f"{shown(path)} has no {', '.join(sorted(missing))} column: its header must be "
+                                   f"student_id,assignment_id,{value}")
+            return {(r["student_id"], r["assignment_id"]): r[value] for r in reader}
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RuntimeError(f"cannot read {shown(path)}: {shown(error)}") from None
+
+
 def read_timestamps(path: Path) -> dict[tuple[str, str], str]:
-    """The instructor's submission times: a CSV with student_id, assignment_id, timestamp."""
-    with open(path, newline="", encoding="utf-8") as f:
-        return {(r["student_id"], r["assignment_id"]): r["timestamp"] for r in csv.DictReader(f)}
+    """Submission times you trust: a CSV with student_id, assignment_id, timestamp (the
+    format of submission_times.csv, which ``nbgrader collect`` writes)."""
+    return _read_csv(path, "timestamp")
 
 
-def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dict[str, str] | None = None,
-                timestamps: dict[tuple[str, str], str] | None = None, jobs: int | None = None,
-                scheduler: str | None = None, db_url: str | None = None, roster=None) -> list[Row]:
-    """Grade every submission in ``class_dir``; write ``out/grades.csv``; return the rows.
+def read_extensions(path: Path) -> dict[tuple[str, str], str]:
+    """Per-student due dates: a CSV with student_id, assignment_id, duedate."""
+    return _read_csv(path, "duedate")
 
-    ``duedates`` maps assignment ids to due dates and ``timestamps`` (student_id,
-    assignment_id) to submission times, both as nbgrader accepts them
-    ("2026-12-01 23:59:00 UTC"); students' own timestamp.txt files are not trusted.
-    ``jobs`` local worker processes grade at once (default: one per core), or the
-    Dask scheduler at ``scheduler`` ("tcp://host:8786", "tls://...") runs the units on
-    its workers. ``db_url``: the gradebook (see ``Grader``). ``roster``: the student ids
-    of the class (e.g. ``grader.lms.read_roster``'s keys); a folder not on it is one
-    row with its status, and a student on it without a folder gets "no submission"
-    rows. Without a roster, ids must follow ``grader.names``' rule. A folder that is
-    not a valid student id or assignment is one row for that folder alone (see
+
+def grade_class(course_dir: CourseDir | Path | str | None = None, *, assignments: list[str] | None = None,
+                students: list[str] | None = None, progress: bool = True,
+                duedates: dict[str, str] | None = None, timestamps: dict[tuple[str, str], str] | None = None,
+                extensions: dict[tuple[str, str], str] | None = None, jobs: int | None = None,
+                scheduler: str | None = None, db_url: str | None = None, submitted: Path | str | None = None,
+                roster=None) -> list[Row]:
+    """Grade the submissions in the course directory's submitted/; return this run's rows.
+
+    ``course_dir`` is the nbgrader course directory (``grader.coursedir``; default: the
+    one nbgrader_config.py names): its submitted/ is read as ``nbgrader collect`` left
+    it and never written; autograded/, feedback/ and the gradebook are written; then
+    ``grades.csv`` is written anew as an export of the whole gradebook. ``assignments``
+    and ``students``, when given, grade only those: every other row stays as it was.
+
+    ``duedates`` (assignment id -> date) become the assignments' due dates in the
+    gradebook; ``extensions`` ((student, assignment) -> date) that student's due date
+    (nbgrader's extension); ``timestamps`` ((student, assignment) -> time) override the
+    submission times collect recorded. Dates as nbgrader reads them
+    ("2026-12-01 23:59:00 UTC"). ``jobs`` local worker processes grade at once (default:
+    one per core), or the Dask scheduler at ``scheduler`` ("tcp://host:8786",
+    "tls://...") runs the units on its workers. ``db_url`` and ``submitted``: the
+    gradebook and the submitted folder of a new course directory (an existing one keeps
+    its own; ``grader.coursedir.CourseDir.open``). ``roster``: the student ids of
+    the class (e.g. ``grader.lms.read_roster``'s keys); a folder not on it is one row
+    with its status, and a student on it without a folder gets "no submission" rows.
+    Without a roster, ids must follow ``grader.names``' rule. A folder that is not a
+    valid student id or assignment is one row for that folder alone (see
     ``submissions``). Running it again after an interruption regrades and ends with
     the same grades.
 
     Raises:
-        FileNotFoundError: ``class_dir`` is not a folder.
-        RuntimeError: another grader holds ``out``.
+        FileNotFoundError: the course directory has no submitted/ folder.
+        RuntimeError: another grader holds the course directory, or it cannot be used.
         grader.parallel.EngineUnavailable: the scheduler cannot be reached.
     """
     from .parallel import Unit, run
     from .stage import read_files
 
-    class_dir = Path(class_dir)
+    course_dir = course_dir if isinstance(course_dir, CourseDir) else CourseDir.open(course_dir, db_url, submitted)
+    class_dir = course_dir.folder("submitted")
     if not class_dir.is_dir():
-        raise FileNotFoundError(f"no submissions folder at {class_dir}")
-    grader = Grader(out, duedates, timestamps, db_url)
-    todo = submissions(class_dir, roster)
+        raise FileNotFoundError(f"no submissions at {shown(class_dir)}: collect them first "
+                                "(nbgrader collect ASSIGNMENT, or formgrader's Collect button)")
+    grader = Grader(course_dir, duedates, timestamps, extensions)
+    todo = _chosen(submissions(class_dir, roster), class_dir, assignments, students)
     rows: dict[tuple[str, str], Row] = {}
     odd: dict[int, Row] = {}  # rows of folders that are not submissions; escaped names may coincide
     units = []
@@ -352,26 +449,29 @@ def grade_class(class_dir: Path, out: Path, progress: bool = True, duedates: dic
         if key in rows:  # recorded already: a result is written once
             continue
         rows[key] = (grader.failed(*key, outcome) if isinstance(outcome, str) else grader.record(outcome))
-    ordered = [odd[n] if n in odd else rows[(student, assignment)] for n, (student, assignment, _, _) in enumerate(todo)]
-    write_csv(ordered, Path(out) / "grades.csv")
-    return ordered
+        grader.statuses.save()
+    # a whole run lists every odd folder anew; a chosen run keeps the others' rows
+    kept = [] if not (students or assignments) else [
+        r for r in grader.statuses.extra if not students or r[0] not in students]
+    grader.statuses.extra = kept + [(r.student_id, r.assignment_id, r.status) for r in odd.values()]
+    grader.statuses.save()
+    write_csv(export(course_dir, grader.statuses), course_dir.grades_csv)
+    return [odd[n] if n in odd else rows[(student, assignment)] for n, (student, assignment, _, _) in enumerate(todo)]
 
 
-def write_csv(rows: list[Row], path: Path) -> None:
-    """grades.csv: student_id, assignment_id, score, max_score, status, one column per exercise.
-
-    Written to ``path.partial`` first, then moved over ``path``. Text cells are escaped
-    and neutralised against formulas (``grader.names.csv_cell``); scores stay numbers.
-    """
-    exercises = sorted({e for r in rows for e in r.points})
-    partial = path.with_name(path.name + ".partial")  # a kill mid-write leaves the old file whole
-    with open(partial, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(csv_row(["student_id", "assignment_id", "score", "max_score", "status", *exercises]))
-        for r in rows:
-            writer.writerow(csv_row([r.student_id, r.assignment_id, float(r.score), float(r.max_score), r.status,
-                                     *(float(r.points[e]) if e in r.points else None for e in exercises)]))
-    os.replace(partial, path)
+def _chosen(todo: list, class_dir: Path, assignments: list[str] | None, students: list[str] | None) -> list:
+    """The rows of ``submissions`` that a run for these assignments and students grades;
+    a chosen student without a folder gets rows that say "no submission"."""
+    if assignments:
+        todo = [t for t in todo if t[1] in assignments]
+    if not students:
+        return todo
+    todo = [t for t in todo if t[0] in students]
+    seen = {t[0] for t in todo}
+    for student in students:
+        if student not in seen and not student_id_problem(student, None):
+            todo += [(student, a, class_dir / student / a, None) for a in (assignments or course.assignments())]
+    return sorted(todo, key=lambda t: (t[0], t[1]))
 
 
 def format_table(rows: list[Row]) -> str:

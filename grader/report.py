@@ -1,7 +1,7 @@
 """The class report (``make report``): what the class gets wrong, on one HTML page.
 
-``course-grader report --out out/grading`` reads the gradebook that grading wrote
-(``grader.classgrades``) and writes ``OUT/report/``:
+``course-grader report [--course DIR]`` reads the course directory's gradebook
+(``grader.classgrades``; manual grades count) and writes ``DIR/report/``:
 
 - ``index.html``: per assignment how many submissions were graded; the score
   distribution; each exercise's pass rate; the most common diagnosed mistakes with
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import lms
 from .classgrades import ClassGrades, NoGrades, gradebook_url, mistake_key, read
+from .coursedir import CourseDir
 from .sanitize import one_line, text_html
 
 __all__ = ["NoGrades", "Mistake", "common_mistakes", "pass_rates", "write_report"]
@@ -208,19 +209,20 @@ The LMS ids are empty unless you pass <code>--roster</code>.</p>
 """
 
 
-def write_report(out: Path, db_url: str | None = None, roster: Path | None = None,
+def write_report(course_dir: Path | str | None = None, roster: Path | None = None,
                  progress: bool = True) -> list[Path]:
-    """Write ``out/report/`` (see the module's docs); return the files written.
+    """Write ``report/`` in the course directory (see the module's docs; default: the one
+    nbgrader_config.py names); return the files written.
 
     Raises:
-        NoGrades: there is no gradebook for ``out`` yet.
+        NoGrades: the course directory has no gradebook yet.
         grader.lms.BadRoster: ``roster`` cannot be read.
     """
     from tqdm import tqdm
 
     people = lms.read_roster(roster) if roster else {}
-    grades = read(gradebook_url(out, db_url), progress=progress)
-    folder = Path(out) / "report"
+    grades = read(gradebook_url(course_dir), progress=progress)
+    folder = CourseDir.open(course_dir).root / "report"
     folder.mkdir(parents=True, exist_ok=True)
     with tqdm(total=4, desc="class report", unit="step", disable=not progress, file=sys.stderr) as bar:
         rates, mistakes = pass_rates(grades), common_mistakes(grades)

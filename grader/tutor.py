@@ -21,7 +21,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import course
 from .checks import _core as checks
-from .feedback import is_test_cell, verdict_of
+from .feedback import AUTOGRADER_COMMENT, is_test_cell, verdict_of
 from .sanitize import NO_MATH, text_html
 
 
@@ -35,10 +35,12 @@ class Comment:
     diagnosis: str | None  # None when the hidden checks passed
     section: str  # the notebook section the exercise sits in
     function: str  # the learner's function or class
+    remark: str | None = None  # what the instructor wrote in formgrader, if anything
 
     @property
     def passed(self) -> bool:
-        return self.points >= self.max_points and self.diagnosis is None
+        """Full points: the hidden checks passed, or the instructor gave them by hand."""
+        return self.points >= self.max_points
 
     @property
     def hint(self) -> str | None:
@@ -62,17 +64,19 @@ def _function(exercise: str) -> str:
 
 
 def comments(assignment_id: str, points: dict[str, float], max_points: dict[str, float],
-             diagnoses: dict[str, str | None]) -> list[Comment]:
+             diagnoses: dict[str, str | None], remarks: dict[str, str] | None = None) -> list[Comment]:
     """One comment per exercise of ``max_points``, in notebook order.
 
     ``points``/``max_points``: exercise id -> points; ``diagnoses``: exercise id -> the
-    check's diagnosis of a failed exercise (absent or None when it passed).
+    check's diagnosis of a failed exercise (absent or None when it passed); ``remarks``:
+    exercise id -> the instructor's comment on the answer, when there is one.
     """
     titles = course.sections(assignment_id)
     order = list(titles) + sorted(set(max_points) - set(titles))
+    remarks = remarks or {}
     return [Comment(e, float(points.get(e, 0.0)), float(max_points[e]),
                     diagnoses.get(e) or (None if points.get(e, 0.0) >= max_points[e] else "no points"),
-                    titles.get(e, ""), _function(e))
+                    titles.get(e, ""), _function(e), remarks.get(e))
             for e in order if e in max_points]
 
 
@@ -101,10 +105,15 @@ def as_text(found: list[Comment], score: float, max_score: float) -> str:
     return "\n".join(lines)
 
 
+def _remark(c: Comment) -> str:
+    return f"<br><em>Your instructor:</em> {text_html(c.remark)}" if c.remark else ""
+
+
 def _row(c: Comment) -> str:
     mark = "&#10003;" if c.passed else "&#10007;"
-    said = "all hidden checks passed" if c.passed else (
+    said = ("all hidden checks passed" if c.diagnosis is None else "full points, given by hand") if c.passed else (
         f"{text_html(c.diagnosis or '')}<br><em>Hint:</em> {text_html(c.hint or '')}")
+    said += _remark(c)
     return (f'<tr class="{"passed" if c.passed else "failed"}"><td>{mark}</td>'
             f'<td><a href="#tutor-{html.escape(c.exercise)}"><code>{html.escape(c.function)}</code></a></td>'
             f"<td>{c.points:g} / {c.max_points:g}</td><td>{said}</td></tr>")
@@ -131,10 +140,12 @@ def comment_html(c: Comment) -> str:
     """The comment shown in the body, right under the exercise's test cell (one line of
     HTML, its strings escaped text)."""
     if c.passed:
-        said = f"&#10003; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}, all hidden checks passed."
+        how = "all hidden checks passed" if c.diagnosis is None else "full points, given by hand"
+        said = f"&#10003; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}, {how}."
     else:
         said = (f"&#10007; <code>{html.escape(c.function)}</code>: {c.points:g} / {c.max_points:g}. "
                 f"{text_html(c.diagnosis or '')}<br><em>Hint:</em> {text_html(c.hint or '')}")
+    said += _remark(c)
     return f'<div class="tutor-comment" id="tutor-{html.escape(c.exercise)}"><span class="{NO_MATH}">{said}</span></div>'
 
 
@@ -153,8 +164,12 @@ class TutorSummary(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         info = resources["nbgrader"]
-        points, max_points, diagnoses, anchors = {}, {}, {}, {}
+        points, max_points, diagnoses, anchors, remarks = {}, {}, {}, {}, {}
         for index, cell in enumerate(nb.cells):
+            remark = cell.metadata.get("nbgrader", {}).get("comment")
+            if isinstance(remark, str) and remark.strip() and remark.strip() != "No response." \
+                    and not remark.startswith(AUTOGRADER_COMMENT):  # one an instructor wrote
+                remarks[course.exercise_id(cell.metadata.nbgrader["grade_id"])] = remark.strip()
             if is_test_cell(cell):
                 meta = cell.metadata.nbgrader
                 exercise = course.exercise_id(meta["grade_id"])
@@ -163,7 +178,7 @@ class TutorSummary(NbGraderPreprocessor):
                 verdict = verdict_of(cell) or {}
                 diagnoses[exercise] = verdict.get("diagnosis")
                 anchors[index] = exercise
-        found = {c.exercise: c for c in comments(info["assignment"], points, max_points, diagnoses)}
+        found = {c.exercise: c for c in comments(info["assignment"], points, max_points, diagnoses, remarks)}
         cells = [_markdown(summary_html(list(found.values()), float(info.get("score") or 0.0),
                                         float(info.get("max_score") or 0.0), float(info.get("late_penalty") or 0.0)))]
         for index, cell in enumerate(nb.cells):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -145,7 +146,8 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
     timings: dict[str, float] = {}
     result = {"student_id": student_id, "assignment_id": assignment_id, "status": "", "graded": False,
               "points": {}, "max_points": {}, "diagnoses": {}, "late_seconds": 0.0, "penalty": 0.0,
-              "timings": timings, "gradebook": None, "submitted": {}, "autograded": {}, "feedback": {}}
+              "timings": timings, "gradebook": None, "submitted": {}, "autograded": {}, "feedback": {},
+              "keys": {}}
 
     def done(status: str) -> dict:
         result["status"] = status
@@ -171,6 +173,7 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
             note = stage(source, ws / "submitted" / student_id / assignment_id, notebooks, settings.timestamp)
         except BadSubmission as error:
             return done(f"not graded: {error}")
+        result["keys"] = _feedback_keys(ws / "submitted" / student_id / assignment_id, settings.timestamp)
         shutil.copyfile(template / "gradebook.db", ws / "gradebook.db")
         secret_file = tmp / "secret"
         secret_file.write_bytes(settings.secret)
@@ -213,6 +216,24 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
             if html.is_file():
                 result["feedback"][notebook] = html.read_text(encoding="utf-8")
         return done(_status(note, result["diagnoses"]))
+
+
+_SECRET = re.compile(r"[0-9a-f]{16,256}")
+
+
+def _feedback_keys(staged: Path, timestamp: str | None) -> dict[str, str]:
+    """timestamp.txt and submission_secret.txt for autograded/ and feedback/: nbgrader's
+    release_feedback reads both, and names the released file by the secret (which
+    fetch_feedback finds again from the student's own copy). The secret is kept only when
+    it looks like one nbgrader's submit wrote (lowercase hex)."""
+    keys = {"timestamp.txt": timestamp or ""}
+    try:
+        secret = (staged / "submission_secret.txt").read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return keys
+    if _SECRET.fullmatch(secret):  # byte for byte: the released file's name is its hash
+        keys["submission_secret.txt"] = secret
+    return keys
 
 
 def _max_points(template: Path, assignment_id: str) -> dict[str, float]:

@@ -189,7 +189,8 @@ class SaveVerifiedGrades(NbGraderPreprocessor):
                         grade.auto_score = grade.max_score if verdicts[exercise] is None else 0.0
                     else:
                         grade.auto_score, _ = determine_grade(cell, self.log)
-                    grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
+                    # a cell graded by hand stays graded (nbgrader's SaveAutoGrades would flag it again)
+                    grade.needs_manual_grade = grade.auto_score is None and grade.manual_score is None
                 if is_solution(cell) or is_task(cell):
                     comment = gb.find_comment(*key)
                     unchanged = cell.metadata.nbgrader.get("checksum") == compute_checksum(cell) and not is_task(cell)

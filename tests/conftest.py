@@ -33,7 +33,7 @@ def graded_class(tmp_path_factory) -> dict:
     from tests.corpora import harms, malformed, tamper
 
     root = tmp_path_factory.mktemp("class")
-    submissions = root / "submitted"
+    submissions = root / "course" / "submitted"  # as nbgrader collect leaves it
     shutil.copytree(course.SAMPLE_CLASS, submissions)
     for student, source in [("zz_solution", course.SOLUTIONS), ("zz_release", course.NOTEBOOKS)]:
         for assignment_id in course.assignments():
@@ -48,11 +48,11 @@ def graded_class(tmp_path_factory) -> dict:
         malformed.materialize_huge(submissions)
         before = _digest(submissions)
         started = time.monotonic()
-        rows = grade_class(submissions, root / "out", progress=False, jobs=2,
+        rows = grade_class(root / "course", progress=False, jobs=2,
                            duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
                            timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})
         seconds = time.monotonic() - started
-    return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "out",
+    return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "course",
             "submissions": submissions, "unchanged": _digest(submissions) == before,
             "corpora": corpora, "cheat_requests": cheat.requests, "seconds": seconds,
             "survivors": _processes_named(harms.SURVIVOR_MARK),

@@ -116,7 +116,7 @@ def attacked(tmp_path_factory, chromium_context):
     workdir = tmp_path_factory.mktemp("attacked")
     submissions = browser_lab.attacking_class(workdir / "submitted")
     out = workdir / "out"
-    rows = {r.student_id: r for r in grade_class(submissions, out, progress=False, jobs=1)}
+    rows = {r.student_id: r for r in grade_class(out, submitted=submissions, progress=False, jobs=1)}
     write_report(out, progress=False)
     return {"out": out, "rows": rows, "context": chromium_context, "workdir": workdir}
 
@@ -145,12 +145,12 @@ def _assert_inert(attacker: browser_lab.Visit, honest: browser_lab.Visit, ids: d
 
 def test_feedback_of_an_attacking_student_runs_nothing_and_requests_nothing_new(attacked):
     assert attacked["rows"]["mallory"].status.startswith("graded"), attacked["rows"]["mallory"].status
-    graded = nbformat.read(attacked["out"] / "course" / "autograded" / "mallory" / "01_similarity" /
+    graded = nbformat.read(attacked["out"] / "autograded" / "mallory" / "01_similarity" /
                            "01_similarity.ipynb", as_version=4)
     shown = {mime for c in graded.cells for o in c.get("outputs", []) for mime in o.get("data", {})}
     assert {"text/html", "text/markdown", "application/javascript", "image/svg+xml"} <= shown, shown
     assert "onerror" in attacked["rows"]["mallory"].diagnoses["similarity-dot_product"]  # the attack is real
-    pages = {s: attacked["out"] / "course" / "feedback" / s / "01_similarity" / "01_similarity.html"
+    pages = {s: attacked["out"] / "feedback" / s / "01_similarity" / "01_similarity.html"
              for s in ("ada", "mallory")}
     visits = {s: browser_lab.visit_page(attacked["context"], page.as_uri(), SHOTS / f"html-safety-feedback-{s}.png")
               for s, page in pages.items()}
@@ -168,12 +168,12 @@ def test_feedback_of_an_attacking_student_runs_nothing_and_requests_nothing_new(
 def test_formgrader_shows_an_attacking_notebook_inert(attacked):
     from nbgrader.api import Gradebook
 
-    from grader.grade import Workspace
+    from grader.coursedir import CourseDir
 
     out = attacked["out"]
-    with Gradebook(Workspace(out).db_url) as gb:
+    with Gradebook(CourseDir.open(out).db_url) as gb:
         ids = {s: gb.find_submission_notebook("01_similarity", "01_similarity", s).id for s in ("ada", "mallory")}
-    with browser_lab.serve_workspace(out / "course", attacked["workdir"]) as server:
+    with browser_lab.serve_workspace(out, attacked["workdir"]) as server:
         visits = {}
         for student, submission in ids.items():
             url = f"{server.url}/formgrader/submissions/{submission}/?token={server.token}"

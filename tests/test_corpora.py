@@ -50,9 +50,9 @@ def outcome(graded_class, attack) -> harms.Outcome:
     student_id = attack.student_id
     out = graded_class["out"]
     row = _row(graded_class, attack)
-    feedback = out / "course" / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
-    autograded = out / "course" / "autograded" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    reference = out / "course" / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    feedback = out / "feedback" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.html"
+    autograded = out / "autograded" / student_id / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    reference = out / "feedback" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.html"
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         csv_rows = list(csv.reader(f))
     return harms.Outcome(
@@ -84,7 +84,7 @@ def test_no_formula_or_control_character_reaches_a_table(graded_class, tmp_path)
     from grader import classgrades
     from grader.lms import write_canvas, write_moodle
 
-    grades = classgrades.read(f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}", progress=False)
+    grades = classgrades.read(f"sqlite:///{graded_class['out'] / 'gradebook.db'}", progress=False)
     tables = [graded_class["out"] / "grades.csv", write_canvas(grades, tmp_path / "canvas.csv"),
               write_moodle(grades, tmp_path / "moodle.csv")]
     for table in tables:
@@ -105,7 +105,7 @@ def test_the_cheat_server_was_never_reached(graded_class):
 
 
 def test_no_grade_was_written_by_anyone_but_the_grader(graded_class):
-    db_url = f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}"
+    db_url = f"sqlite:///{graded_class['out'] / 'gradebook.db'}"
     with Gradebook(db_url) as gb:
         touched = [(sub.student_id, g.name) for sub in gb.assignment_submissions(ASSIGNMENT)
                    for nb in sub.notebooks for g in nb.grades if g.manual_score is not None]
@@ -114,7 +114,7 @@ def test_no_grade_was_written_by_anyone_but_the_grader(graded_class):
 
 def test_classmates_feedback_and_submissions_are_intact(graded_class):
     assert graded_class["unchanged"]
-    feedback = graded_class["out"] / "course" / "feedback"
+    feedback = graded_class["out"] / "feedback"
     for student in {s for s, _ in expected_grades()} - {"ivan"}:
         html = (feedback / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
         assert "No feedback." not in html and "dot_product" in html, student

@@ -11,7 +11,7 @@ from grader import course
 
 
 def _feedback(graded_class, student: str, assignment: str) -> str:
-    return (graded_class["out"] / "course" / "feedback" / student / assignment / f"{assignment}.html").read_text()
+    return (graded_class["out"] / "feedback" / student / assignment / f"{assignment}.html").read_text()
 
 
 def _figures_after(assignment: str) -> dict[str, int]:
@@ -57,7 +57,7 @@ def test_each_exercise_is_followed_by_its_comment_and_the_learner_s_figures(grad
 @pytest.mark.parametrize("student", ["chloe", "gus", "zz_release", "kai"])
 def test_feedback_shows_no_traceback_or_hidden_input(graded_class, student):
     for assignment in course.assignments():
-        path = graded_class["out"] / "course" / "feedback" / student / assignment / f"{assignment}.html"
+        path = graded_class["out"] / "feedback" / student / assignment / f"{assignment}.html"
         if not path.is_file():
             continue
         page = path.read_text()
@@ -68,7 +68,7 @@ def test_feedback_shows_no_traceback_or_hidden_input(graded_class, student):
 def test_the_check_cell_is_one_line_when_the_release_notebook_is_graded(graded_class):
     """zz_release submitted the released notebooks, which end with the check-my-work cell."""
     for assignment in course.assignments():
-        graded = graded_class["out"] / "course" / "autograded" / "zz_release" / assignment / f"{assignment}.ipynb"
+        graded = graded_class["out"] / "autograded" / "zz_release" / assignment / f"{assignment}.ipynb"
         last = nbformat.read(graded, as_version=4).cells[-1]
         assert "check_my_work" in last.source
         assert [o.get("text", "").strip() for o in last.outputs] == [

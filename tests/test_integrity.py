@@ -19,12 +19,13 @@ STUDENTS = ["ada", "chloe", "dev", "femi"]
 
 
 def _grade(class_dir: Path, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "grader.cli", "grade", str(class_dir), "--out", str(out)],
+    return subprocess.Popen([sys.executable, "-m", "grader.cli", "grade", "--course", str(out),
+                             "--submitted", str(class_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _gradebook(out: Path) -> list[tuple]:
-    with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}") as gb:
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
         return sorted((sub.student_id, g.name, g.auto_score, g.manual_score, g.needs_manual_grade)
                       for sub in gb.assignment_submissions("01_similarity")
                       for nb in sub.notebooks for g in nb.grades)
@@ -49,7 +50,7 @@ def test_killed_mid_batch_then_rerun_gives_the_same_grades(class_dir, uninterrup
     out = class_dir.parent / "killed"
     grader = _grade(class_dir, out)
     # kill -9 while the second student's notebook is being graded (its kernel running)
-    marker = out / "course" / "autograded" / STUDENTS[1]
+    marker = out / "autograded" / STUDENTS[1]
     deadline = time.monotonic() + 300
     while not marker.exists() and grader.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -62,7 +63,7 @@ def test_killed_mid_batch_then_rerun_gives_the_same_grades(class_dir, uninterrup
     assert (out / "grades.csv").read_text() == (uninterrupted / "grades.csv").read_text()
     assert _gradebook(out) == _gradebook(uninterrupted)
     for student in STUDENTS:
-        assert (out / "course" / "feedback" / student / "01_similarity" / "01_similarity.html").is_file()
+        assert (out / "feedback" / student / "01_similarity" / "01_similarity.html").is_file()
 
 
 def test_regrading_is_idempotent(class_dir, uninterrupted):

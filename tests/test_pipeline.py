@@ -57,7 +57,7 @@ def test_sample_class_is_a_real_class():
 def test_solution_scores_full_marks_and_runs_without_error(graded_class, assignment):
     row = graded_class["rows"][("zz_solution", assignment)]
     assert row.status == "graded" and row.score == row.max_score == max_points(assignment), row.diagnoses
-    graded = graded_class["out"] / "course" / "autograded" / "zz_solution" / assignment / f"{assignment}.ipynb"
+    graded = graded_class["out"] / "autograded" / "zz_solution" / assignment / f"{assignment}.ipynb"
     for cell in nbformat.read(graded, as_version=4).cells:
         for output in cell.get("outputs", []):
             assert output.output_type != "error", f"cell {cell.get('id')}: {output.get('evalue')}"
@@ -88,7 +88,7 @@ def test_grades_csv_has_one_row_per_submission_and_a_column_per_exercise(graded_
 
 
 def test_feedback_explains_without_hidden_code(graded_class):
-    out = graded_class["out"] / "course" / "feedback"
+    out = graded_class["out"] / "feedback"
     html = (out / "chloe" / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
     assert "softmax over the key axis" in html  # chloe's diagnosis
     for student in ("chloe", "zz_release", "gus"):
@@ -106,7 +106,7 @@ def test_nbgrader_export_and_manual_grading_keep_working(graded_class, tmp_path)
 
     from nbgrader.api import Gradebook
 
-    db_url = f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}"
+    db_url = f"sqlite:///{graded_class['out'] / 'gradebook.db'}"
     with Gradebook(db_url) as gb:
         grade = gb.find_grade("similarity-score_matrix-test", ASSIGNMENT, ASSIGNMENT, "chloe")
         assert (grade.auto_score, grade.score) == (0, 0)
@@ -116,7 +116,7 @@ def test_nbgrader_export_and_manual_grading_keep_working(graded_class, tmp_path)
     nbgrader = Path(sys.executable).parent / "nbgrader"
     # nbgrader's own command, run in the workspace with the configuration the grader left there
     subprocess.run([str(nbgrader), "export", f"--CsvExportPlugin.to={csv_path}"], check=True,
-                   cwd=graded_class["out"] / "course", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   cwd=graded_class["out"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(csv_path, newline="") as f:
         exported = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
     chloe = graded_class["rows"][("chloe", ASSIGNMENT)]

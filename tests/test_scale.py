@@ -174,7 +174,7 @@ def test_cluster_loses_a_worker_mid_batch_and_every_submission_is_graded_once(tm
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
                 busy = watcher.processing().get(cluster.worker_addresses["w0"], [])
-                if busy and (out / "course" / "autograded").is_dir():
+                if busy and (out / "autograded").is_dir():
                     os.killpg(victim.pid, signal.SIGKILL)
                     killed["holding"] = list(busy)
                     return
@@ -182,7 +182,7 @@ def test_cluster_loses_a_worker_mid_batch_and_every_submission_is_graded_once(tm
 
     thread = threading.Thread(target=kill_when_busy)
     thread.start()
-    rows = grade_class(class_dir, out, progress=False, scheduler=cluster.address)
+    rows = grade_class(out, submitted=class_dir, progress=False, scheduler=cluster.address)
     thread.join()
 
     assert killed.get("holding"), "the worker was not killed while it held a task"
@@ -193,7 +193,7 @@ def test_cluster_loses_a_worker_mid_batch_and_every_submission_is_graded_once(tm
         assert (row.status, row.score, row.points) == (want["status"], want["score"], want["exercises"])
     with open(out / "grades.csv", newline="") as f:
         assert sorted(r["student_id"] for r in csv.DictReader(f)) == sorted(made)
-    in_gradebook = _grades(f"sqlite:///{out / 'course' / 'gradebook.db'}", made)
+    in_gradebook = _grades(f"sqlite:///{out / 'gradebook.db'}", made)
     assert sorted(in_gradebook) == sorted(made)
     assert all(len(subs) == 1 for subs in in_gradebook.values())  # exactly once each
 
@@ -207,19 +207,20 @@ def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_cla
         shutil.copytree(course.SAMPLE_CLASS / student / ASSIGNMENT, class_dir / student / ASSIGNMENT)
     (class_dir / "zz_absent").mkdir()
     with postgres_server() as db_url:
-        rows = grade_class(class_dir, tmp_path / "out", progress=False, jobs=2, db_url=db_url)
+        rows = grade_class(tmp_path / "out", submitted=class_dir, progress=False, jobs=2, db_url=db_url)
         on_postgres = _grades(db_url, STUDENTS)
         # the class report reads the same gradebook through nbgrader's API
         from grader.report import write_report
 
-        with open(write_report(tmp_path / "out", db_url=db_url, progress=False)[-2], newline="") as f:
+        with open(write_report(tmp_path / "out", progress=False)[-2], newline="") as f:
             canvas = {r["Student"]: r[ASSIGNMENT] for r in csv.DictReader(f) if r["Student"] in STUDENTS}
-        # nbgrader's own export reads it, through the workspace's configuration
+        # nbgrader's own export reads it, through the course directory's configuration
         csv_path = tmp_path / "export.csv"
-        subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--CsvExportPlugin.to={csv_path}"],
-                       check=True, cwd=tmp_path / "out" / "course", stdout=subprocess.DEVNULL,
+        subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", f"--CsvExportPlugin.to={csv_path}",
+                        "--ExportApp.plugin_class=nbgrader.plugins.CsvExportPlugin"],
+                       check=True, cwd=tmp_path / "out", stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-    on_sqlite = _grades(f"sqlite:///{graded_class['out'] / 'course' / 'gradebook.db'}", STUDENTS)
+    on_sqlite = _grades(f"sqlite:///{graded_class['out'] / 'gradebook.db'}", STUDENTS)
     assert on_postgres == on_sqlite and len(on_postgres) == len(STUDENTS)
     for row in rows:
         want = graded_class["rows"][(row.student_id, ASSIGNMENT)]
@@ -232,12 +233,13 @@ def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_cla
 
 
 def test_a_wrong_gradebook_url_is_one_clear_line_without_the_password(tmp_path):
+    from grader.coursedir import CourseDir
     from grader.grade import Grader
 
     port = free_port()  # nothing listens there
     with pytest.raises(RuntimeError, match=rf"^cannot open the gradebook at postgresql://grader:\*\*\*@127.0.0.1:{port}/x: "
                                            r"connection failed") as error:
-        Grader(tmp_path / "a", db_url=f"postgresql://grader:hunter2@127.0.0.1:{port}/x")
+        Grader(CourseDir.open(tmp_path / "a", db_url=f"postgresql://grader:hunter2@127.0.0.1:{port}/x"))
     assert "hunter2" not in str(error.value) and "\n" not in str(error.value)
     with pytest.raises(RuntimeError, match="^the gradebook URL is not a database URL"):
-        Grader(tmp_path / "b", db_url="gradebook.db")
+        Grader(CourseDir.open(tmp_path / "b", db_url="gradebook.db"))

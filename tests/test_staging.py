@@ -477,7 +477,7 @@ def test_a_class_with_every_case_at_once(tmp_path):
     os.link(_foreign_file(tmp_path, b"{ root secret"), gil / NB)
     before = _tree(root)
     with _deadline(120):
-        rows = grade_class(root, tmp_path / "out", progress=False, jobs=1)
+        rows = grade_class(tmp_path / "out", submitted=root, progress=False, jobs=1)
     assert _tree(root) == before
     assert sorted(os.listdir(tmp_path)) == ["class", "elsewhere", "out"]
     by = {}
