@@ -34,6 +34,15 @@ def test_notebooks_equal_a_fresh_release(tmp_path):
             f"{path.name} is out of date: run `make release` and commit notebooks/")
 
 
+def test_check_cells_end_every_notebook_unknown_to_the_gradebook():
+    """AddCheckCells' two cells have fixed ids and no nbgrader metadata (no grade, no lock)."""
+    for path in sorted(course.NOTEBOOKS.glob("*/*.ipynb")):
+        cells = _cells(path)[-2:]
+        assert [(c.cell_type, c.id) for c in cells] == [
+            ("markdown", "check-my-work-markdown"), ("code", "check-my-work-code")], path.name
+        assert not any("nbgrader" in c.metadata for c in cells), path.name
+
+
 def test_student_notebooks_hold_no_solution_hidden_test_or_output():
     for path in sorted(course.NOTEBOOKS.glob("*/*.ipynb")):
         for cell in _cells(path):
