@@ -4,6 +4,12 @@ Read by every nbgrader command run from this folder, by `make lab`'s Validate
 button, and by the grader package (grader/course.py loads this file).
 """
 import os
+import sys
+
+# nbgrader runs `alembic` (for a new gradebook) from PATH: this environment's, activated or not.
+_bin = os.path.dirname(sys.executable)
+_path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p not in ("", _bin)]
+os.environ["PATH"] = os.pathsep.join([_bin, *_path])
 
 c = get_config()  # noqa: F821 - provided by nbgrader's config loader
 
@@ -11,7 +17,25 @@ c = get_config()  # noqa: F821 - provided by nbgrader's config loader
 c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = "attention-from-scratch"
 c.CourseDirectory.source_directory = "solutions"
-c.CourseDirectory.release_directory = "notebooks"
+# nbgrader's own release (generate_assignment, release_assignment) goes to release/,
+# git-ignored; notebooks/ holds the committed student versions, written by `make release`.
+c.CourseDirectory.release_directory = "release"
+# Student versions end with the check-my-work cells: nbgrader's preprocessors, then ours.
+c.GenerateAssignment.preprocessors = [
+    "nbgrader.preprocessors.IncludeHeaderFooter",
+    "nbgrader.preprocessors.InstantiateTests",
+    "nbgrader.preprocessors.LockCells",
+    "nbgrader.preprocessors.ClearSolutions",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.CheckCellMetadata",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.SaveCells",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbgrader.preprocessors.ClearMarkScheme",
+    "nbgrader.preprocessors.ComputeChecksums",
+    "nbgrader.preprocessors.CheckCellMetadata",
+    "grader.release.AddCheckCells",
+]
 
 # Submission timestamps are read and written in UTC.
 c.Exchange.timezone = "UTC"

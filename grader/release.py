@@ -1,4 +1,10 @@
-"""solutions/ -> notebooks/: the student versions, made by ``nbgrader generate_assignment``."""
+"""solutions/ -> notebooks/: the student versions, made by ``nbgrader generate_assignment``.
+
+``make release`` writes them into notebooks/ (committed); nbgrader's own
+``generate_assignment`` writes the same notebooks into release/ (its release directory,
+git-ignored), which ``release_assignment`` hands out, so no nbgrader command touches a
+committed file.
+"""
 from __future__ import annotations
 
 import functools
@@ -13,6 +19,7 @@ from alembic.script import ScriptDirectory
 from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.dbutil import ALEMBIC_DIR
+from nbgrader.preprocessors.base import NbGraderPreprocessor
 
 from . import course
 
@@ -45,7 +52,8 @@ def nbgrader_api(config) -> NbGraderAPI:
 
 
 def generate(release_dir: Path, db_url: str, assignment_ids: list[str] | None = None) -> None:
-    """Generate the student version of each assignment into ``release_dir/<id>/``.
+    """Generate the student version of each assignment into ``release_dir/<id>/``, with
+    the course's generate_assignment preprocessors (nbgrader_config.py).
 
     Registers the assignments (cells, points, checksums) in the gradebook at
     ``db_url``, which autograding needs.
@@ -76,26 +84,26 @@ def check_cell_source(notebook: str) -> str:
     return f"from coursekit.check import check_my_work\ncheck_my_work({notebook!r})"
 
 
-def add_check_cells(path: Path) -> None:
-    """End a student notebook with the check-my-work cells (``coursekit.check``).
+class AddCheckCells(NbGraderPreprocessor):
+    """End a student notebook with the check-my-work cells (``coursekit.check``): the last
+    of ``nbgrader generate_assignment``'s preprocessors (nbgrader_config.py).
 
-    They are ordinary cells, unknown to the gradebook: nbgrader runs them like any
-    cell a student adds, and the code cell only prints one line while nbgrader runs it.
+    They are ordinary cells, unknown to the gradebook (no nbgrader metadata): nbgrader runs
+    them like any cell a student adds, and the code cell only prints one line while
+    nbgrader runs it. Their ids are fixed, so a fresh release equals the committed one.
     """
-    nb = nbformat.read(path, as_version=4)
-    nb.cells += [nbformat.v4.new_markdown_cell(CHECK_MARKDOWN),
-                 nbformat.v4.new_code_cell(check_cell_source(path.name))]
-    for cell in nb.cells[-2:]:
-        cell.id = f"check-my-work-{cell.cell_type}"  # stable ids: a fresh release equals the committed one
-    nbformat.write(nb, path)
+
+    def preprocess(self, nb, resources):
+        notebook = f"{resources['nbgrader']['notebook']}.ipynb"
+        nb.cells += [nbformat.v4.new_markdown_cell(CHECK_MARKDOWN, id="check-my-work-markdown"),
+                     nbformat.v4.new_code_cell(check_cell_source(notebook), id="check-my-work-code")]
+        return nb, resources
 
 
 def release(release_dir: Path = course.NOTEBOOKS) -> list[Path]:
-    """Regenerate the student notebooks (``make release``), each ending with the
-    check-my-work cells; returns the notebooks written."""
+    """Regenerate the student notebooks (``make release``): what ``nbgrader
+    generate_assignment`` writes into release/, written into notebooks/ instead (with a
+    throwaway gradebook); returns the notebooks written."""
     with tempfile.TemporaryDirectory() as scratch:
         generate(release_dir, f"sqlite:///{Path(scratch) / 'gradebook.db'}")
-    written = sorted(release_dir.glob("*/*.ipynb"))
-    for path in written:
-        add_check_cells(path)
-    return written
+    return sorted(release_dir.glob("*/*.ipynb"))

@@ -9,7 +9,7 @@ import nbformat
 import coursekit
 from grader import course
 from grader.checks import exercise_ids
-from grader.release import release
+from grader.release import AddCheckCells, release
 from pathlib import Path
 
 HIDDEN_CALL = re.compile(r'^from grader\.checks import check; check\("(?P<id>[\w-]+)", \w+(, \w+)*\)$')
@@ -32,6 +32,27 @@ def test_notebooks_equal_a_fresh_release(tmp_path):
     for path in fresh:
         assert _comparable(path) == _comparable(course.NOTEBOOKS / path.relative_to(tmp_path)), (
             f"{path.name} is out of date: run `make release` and commit notebooks/")
+
+
+def test_nbgrader_s_generate_assignment_ends_with_the_check_cells():
+    """nbgrader_config.py keeps nbgrader's own preprocessors and appends AddCheckCells, so
+    `nbgrader generate_assignment` (into release/) writes what `make release` writes."""
+    from nbgrader.converters import GenerateAssignment
+    from traitlets.utils.importstring import import_item
+
+    configured = course.load_config().GenerateAssignment.preprocessors
+    assert [import_item(p) for p in configured] == (
+        GenerateAssignment.class_traits()["preprocessors"].default() + [AddCheckCells])
+    assert course.load_config().CourseDirectory.release_directory == "release"
+
+
+def test_check_cells_end_every_notebook_unknown_to_the_gradebook():
+    """AddCheckCells' two cells have fixed ids and no nbgrader metadata (no grade, no lock)."""
+    for path in sorted(course.NOTEBOOKS.glob("*/*.ipynb")):
+        cells = _cells(path)[-2:]
+        assert [(c.cell_type, c.id) for c in cells] == [
+            ("markdown", "check-my-work-markdown"), ("code", "check-my-work-code")], path.name
+        assert not any("nbgrader" in c.metadata for c in cells), path.name
 
 
 def test_student_notebooks_hold_no_solution_hidden_test_or_output():
