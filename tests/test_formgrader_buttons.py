@@ -1,0 +1,218 @@
+"""formgrader's own buttons, pressed in chromium, on the course directory course-grader grades.
+
+A course directory is laid out as ``nbgrader collect`` leaves it (submitted/<student>/
+01_similarity/ of sample_class's ada and chloe, each with the submission_secret.txt
+nbgrader's submit writes and a timestamp.txt, and submission_times.csv with the same
+times) and graded by ``grader.grade.grade_class``. Its nbgrader_config.py (the one the
+grader wrote, loading the course's) then gets a temporary exchange, and a Jupyter
+server with formgrader is started in it (tests/lab.py ``serve_workspace``). In the
+browser, as an instructor would:
+
+* Manage Submissions of 01_similarity lists both students as graded, with their
+  submission times, not as "needs autograding";
+* chloe's Autograde button (the lightning icon in her row) regrades her with nbgrader's
+  autograde and the course's configuration: the page and the gradebook give the score
+  course-grader gave (2 / 10, sample_class/chloe/expected.json), and no graded cell is
+  flagged for manual grading;
+* on Manage Assignments, Generate Feedback and then Release Feedback of 01_similarity
+  succeed (no error dialog), and the exchange holds each student's feedback under the
+  name nbgrader's fetch_feedback looks for (the hash of the student's secret and the
+  notebook), ada's saying "Your feedback: 10 / 10 points".
+
+Screenshots of both pages go to the test's temporary folder. Without chromium at
+/usr/bin/chromium the module is skipped, and says how to install it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader import course
+from tests import lab as browser_lab
+
+A = "01_similarity"
+TIMES = {"ada": "2026-12-01 11:00:00.000000 UTC", "chloe": "2026-12-01 11:30:00.000000 UTC"}
+EXPECTED = {s: json.loads((course.SAMPLE_CLASS / s / "expected.json").read_text())[A] for s in TIMES}
+SHOWN = {"ada": "2026-12-01 11:00:00 UTC", "chloe": "2026-12-01 11:30:00 UTC"}  # formgrader's timestamp_format
+COURSE_ID = "attention-from-scratch"  # c.CourseDirectory.course_id of nbgrader_config.py
+BUTTON_SECONDS = 240  # one press of a formgrader button: autograde runs the notebook in the server
+
+# formgrader 0.9.6 (server_extensions/formgrader/static/js/manage_submissions.js,
+# manage_assignments.js, utils.js): one <tr> per row of #main-table, a <td> per column
+# named by class, each button an <a href="#"> around a glyphicon; every result is a
+# Bootstrap modal, #success-modal or #error-modal (the traceback in a "Traceback" panel).
+ROWS = "#main-table tr"
+RESULT_MODAL = "#success-modal, #error-modal"
+
+
+@pytest.fixture(scope="module")
+def chromium_context(tmp_path_factory):
+    try:
+        browser_lab.chromium()
+    except browser_lab.BrowserMissing as error:
+        pytest.skip(str(error))
+    with browser_lab.browser(tmp_path_factory.mktemp("chromium")) as context:
+        yield context
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, chromium_context) -> dict:
+    """The course directory graded by grade_class, with a temporary exchange in its config:
+    {"course", "exchange", "keys", "rows", "workdir"}."""
+    from grader.grade import grade_class
+
+    root = tmp_path_factory.mktemp("formgrader-buttons")
+    course_dir = root / "course"
+    keys = {}
+    for student, time in TIMES.items():
+        dest = course_dir / "submitted" / student / A
+        shutil.copytree(course.SAMPLE_CLASS / student / A, dest)
+        keys[student] = secrets.token_hex(64)  # as nbgrader submit writes it
+        (dest / "submission_secret.txt").write_text(keys[student])
+        (dest / "timestamp.txt").write_text(time)
+    with open(course_dir / "submission_times.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", "assignment_id", "timestamp"])
+        writer.writerows([s, A, t] for s, t in TIMES.items())
+    rows = {r.student_id: r for r in grade_class(course_dir, progress=False, jobs=2)}
+    exchange = root / "exchange"
+    exchange.mkdir()
+    exchange.chmod(0o777)
+    config = course_dir / "nbgrader_config.py"
+    assert config.is_file(), "grade_class wrote no nbgrader_config.py in the course directory"
+    with open(config, "a", encoding="utf-8") as f:
+        f.write(f"c.Exchange.root = {str(exchange)!r}\n")
+    return {"course": course_dir, "exchange": exchange, "keys": keys, "rows": rows, "workdir": root}
+
+
+@pytest.fixture(scope="module")
+def formgrader(graded, chromium_context):
+    """(the running server, a page on it recording its browser dialogs)."""
+    with browser_lab.serve_workspace(graded["course"], graded["workdir"]) as server:
+        page = chromium_context.new_page()
+        page.dialogs = []
+
+        def dialog(d):
+            page.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", dialog)
+        # Log in as an instructor does, on a page of the server itself: formgrader's own
+        # pages, opened with ?token=, set the login cookie without Path=/ (their base_url
+        # has its slash stripped), so the browser would not send it to formgrader's API.
+        page.goto(f"{server.url}/api/status?token={server.token}")
+        yield server, page
+        page.close()  # before the server stops
+
+
+def _open(page, server, path: str) -> None:
+    """A formgrader page, once its table has been filled from formgrader's API."""
+    page.goto(f"{server.url}/formgrader/{path}")
+    page.wait_for_function("() => window.models && window.models.loaded === true", timeout=60_000)
+
+
+def _rows(page) -> dict[str, dict[str, str]]:
+    """Manage Submissions' table: student id -> column class -> the cell's text."""
+    return page.evaluate("""(rows) => {
+        const out = {};
+        for (const tr of document.querySelectorAll(rows)) {
+            const cells = {};
+            for (const td of tr.querySelectorAll('td')) { cells[td.className.replace('text-center ', '')] = td.innerText.trim(); }
+            if (cells['student-id']) { out[cells['student-id']] = cells; }
+        }
+        return out;
+    }""", ROWS)
+
+
+def _press(page, button, what: str, log: str = "") -> str:
+    """Click a formgrader button and wait for its result modal; returns the modal's text
+    after closing it.
+
+    Raises:
+        AssertionError: no result within BUTTON_SECONDS, or the result is formgrader's
+            error modal (its whole text, nbgrader's traceback included, in the message).
+    """
+    button.click()
+    modal = page.locator(RESULT_MODAL)
+    modal.wait_for(state="visible", timeout=BUTTON_SECONDS * 1000)
+    text = modal.inner_text()
+    failed = modal.get_attribute("id") == "error-modal"
+    modal.locator("button.close", has_text="OK").click()
+    modal.wait_for(state="detached", timeout=10_000)
+    assert not failed, f"formgrader's {what} failed:\n{text}\n--- server log ---\n{log}"
+    assert not page.dialogs, page.dialogs
+    return text
+
+
+def test_manage_submissions_lists_both_students_graded_with_their_times(graded, formgrader):
+    server, page = formgrader
+    _open(page, server, f"manage_submissions/{A}")
+    rows = _rows(page)
+    assert sorted(rows) == sorted(TIMES), rows
+    for student, cells in rows.items():
+        assert cells["status"] == "graded", (student, cells)  # not "needs autograding"
+        assert cells["timestamp"] == SHOWN[student], (student, cells)
+        assert cells["score"] == f"{graded['rows'][student].score:g} / 10", (student, cells)
+    assert "needs autograding" not in page.inner_text("#main-table")
+
+
+def test_formgraders_autograde_button_agrees_with_course_grader(graded, formgrader, tmp_path_factory):
+    from nbgrader.api import Gradebook
+
+    from grader.coursedir import CourseDir
+
+    server, page = formgrader
+    assert graded["rows"]["chloe"].score == EXPECTED["chloe"]["score"] == 2 and graded["rows"]["chloe"].status.startswith("graded")
+    _open(page, server, f"manage_submissions/{A}")
+    chloe = page.locator(ROWS).filter(has=page.locator("td.student-id", has_text="chloe"))
+    autograded = graded["course"] / "autograded" / "chloe" / A / f"{A}.ipynb"
+    before = autograded.stat().st_mtime_ns
+    text = _press(page, chloe.locator("td.autograde a:has(span.glyphicon-flash)"), "Autograde of chloe",
+                  server.log_tail(60))
+    assert f"Successfully autograded '{A}' for student 'chloe'" in text, text
+    assert autograded.stat().st_mtime_ns != before, "the Autograde button did not regrade chloe"
+    page.wait_for_function("""(rows) => Array.from(document.querySelectorAll(rows)).some(tr =>
+        tr.querySelector('td.student-id') && tr.querySelector('td.student-id').innerText.trim() === 'chloe'
+        && tr.querySelector('td.score').innerText.trim() !== '')""", arg=ROWS, timeout=30_000)
+    shot = tmp_path_factory.getbasetemp() / "formgrader-manage-submissions.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    rows = _rows(page)
+    assert rows["chloe"]["score"] == "2 / 10" and rows["chloe"]["status"] == "graded", rows["chloe"]
+    assert rows["chloe"]["timestamp"] == SHOWN["chloe"], rows["chloe"]
+    assert rows["ada"]["score"] == "10 / 10", rows["ada"]
+    with Gradebook(CourseDir.open(graded["course"]).db_url) as gb:
+        submission = gb.find_submission(A, "chloe")
+        assert submission.score == graded["rows"]["chloe"].score == 2
+        grades = {g.name: g for nb in submission.notebooks for g in nb.grades}
+        assert grades and not [n for n, g in grades.items() if g.needs_manual_grade], (
+            {n: (g.auto_score, g.needs_manual_grade) for n, g in grades.items()})
+        points = {course.exercise_id(n): float(g.score) for n, g in grades.items()}
+    assert points == graded["rows"]["chloe"].points == EXPECTED["chloe"]["exercises"], points
+
+
+def test_generate_and_release_feedback_buttons_release_every_students_feedback(graded, formgrader,
+                                                                               tmp_path_factory):
+    from nbgrader.utils import notebook_hash
+
+    server, page = formgrader
+    _open(page, server, "manage_assignments")
+    row = page.locator(ROWS).filter(has=page.locator("td.name", has_text=A))
+    text = _press(page, row.locator("td.generate-feedback a:has(span.glyphicon-comment)"),
+                  f"Generate Feedback of {A}", server.log_tail(60))
+    assert f"Successfully generated feedback of '{A}'" in text, text
+    text = _press(page, row.locator("td.release-feedback a:has(span.glyphicon-envelope)"),
+                  f"Release Feedback of {A}", server.log_tail(60))
+    assert f"Successfully released feedback of '{A}'" in text, text
+    page.screenshot(path=str(tmp_path_factory.getbasetemp() / "formgrader-manage-assignments.png"), full_page=True)
+    released = graded["exchange"] / COURSE_ID / "feedback"
+    expected = {s: f"{notebook_hash(secret=k, notebook_id=A)}.html" for s, k in graded["keys"].items()}
+    assert sorted(p.name for p in released.iterdir()) == sorted(expected.values())
+    html = (released / expected["ada"]).read_text(encoding="utf-8")
+    assert "Your feedback: 10 / 10 points" in html
+    assert "Your feedback: 2 / 10 points" in (released / expected["chloe"]).read_text(encoding="utf-8")
