@@ -256,12 +256,15 @@ class TrustedCollect(ExchangeCollect):
     check_owner = Bool(
         None, allow_none=True,
         help="""Collect a submission folder only when its owner is the user its name claims.
-        True: always check. False: never (every submission is taken as the user it names).
-        None (the default): check, except when every submission of the assignment in the
-        exchange belongs to the account that collects: the students share that account (a
-        single-user laptop, tests with separate HOMEs as one uid), so no owner could be
-        right and the check is off (logged). A student cannot make a folder owned by
-        another account, so with separate student accounts the check is always on."""
+        True: always check. False: never (every submission is taken as the user it names,
+        which must still be a valid student id). None (the default): check, except when
+        every submission of the assignment in the inbound folder belongs to the account
+        that collects (by uid): then the students share that account (a single-user laptop,
+        tests with separate HOMEs as one uid), no owner could be right, and the check is off
+        (logged). No student can make a folder owned by another account, so with separate
+        student accounts the check is on. Students who share one account other than the
+        instructor's (e.g. containers that all run as one uid) cannot be told apart by the
+        file system at all: set False there, knowingly."""
     ).tag(config=True)
 
     def init_src(self):
