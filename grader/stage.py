@@ -510,6 +510,32 @@ def stage(source: Path | dict, dest: Path, notebooks: list[str], timestamp: str 
     return "; ".join(notes)
 
 
+def write_files(files: dict, dest: Path, notebooks: list[str]) -> list[str]:
+    """Write what ``read_files(folder, notebooks)`` read into the folder ``dest``, byte for byte.
+
+    The notebooks and the extra files ``stage`` would keep are written as they were read
+    (no notebook is parsed, changed or renamed; the student's timestamp.txt is not kept);
+    nothing else is. ``dest`` is created if missing; a file already in it is an error.
+    Used by ``grader.exchange`` to collect a submission from nbgrader's exchange.
+
+    Returns:
+        the notes ``stage`` gives on the files it leaves out, names escaped.
+
+    Raises:
+        BadSubmission: the folder could not be read, or ``stage`` would refuse the
+            submission (the message is its status); nothing is written then.
+    """
+    plan = _plan(_Sent(files).entries, notebooks)
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in [*plan.notebooks.values(), *plan.extras]:
+        if entry.key is None:  # only a size was read: only if read_files planned otherwise
+            plan.left["unreadable"].append(entry)
+            continue
+        with open(dest / entry.name, "xb") as f:
+            f.write(entry.key)
+    return [note for note in plan.notes if note.startswith("left out")] + _left_notes(plan.left)
+
+
 def read_files(folder: Path, notebooks: list[str] | None = None) -> dict[str, bytes | int | str]:
     """A submitted folder as data that can travel to a worker on another machine.
 
