@@ -127,3 +127,10 @@ c.HTMLExporter.preprocessors = ["grader.sanitize.SanitizeOutputs"]
 # `nbgrader export` writes grades.csv, the whole gradebook with each row's status, as
 # course-grader grade does after every run (grader/gradetable.py).
 c.ExportApp.plugin_class = "grader.gradetable.GradeTable"
+
+# `nbgrader collect` and formgrader's Collect button (grader/exchange.py): a submission is
+# collected only from a folder its student owns; its time is the latest change time in it
+# (not the folder name or timestamp.txt, which the student's process wrote), written to
+# its timestamp.txt and to submission_times.csv in the course root; links and special
+# files are never copied.
+c.ExchangeFactory.collect = "grader.exchange.TrustedCollect"

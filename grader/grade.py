@@ -33,6 +33,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
 from .coursedir import CourseDir, Statuses
+from .exchange import read_submission_times
 from .gradetable import Row, export, write_csv  # noqa: F401 - Row and write_csv are part of this API
 from .names import quoted, shown, student_id_problem
 from .release import generate, nbgrader_api
@@ -122,9 +123,7 @@ class Grader:
         _check_gradebook(self.db_url)
         self.duedates = {a: _utc(d, f"the due date of {a}") for a, d in (duedates or {}).items()}
         self.extensions = {k: _utc(d, f"the extension of {k[0]} on {k[1]}") for k, d in (extensions or {}).items()}
-        if timestamps is None and self.course.submission_times.is_file():
-            timestamps = read_timestamps(self.course.submission_times)
-        self.timestamps = timestamps or {}
+        self.timestamps = timestamps if timestamps is not None else read_submission_times(self.course.root)
         self.secret = CourseSecret(config=self.course.config).secret()
         self.statuses = Statuses(self.course)
         self._registered: set[str] = set()

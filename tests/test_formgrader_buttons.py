@@ -122,29 +122,35 @@ def _rows(page) -> dict[str, dict[str, str]]:
         const out = {};
         for (const tr of document.querySelectorAll(rows)) {
             const cells = {};
-            for (const td of tr.querySelectorAll('td')) { cells[td.className.replace('text-center ', '')] = td.innerText.trim(); }
+            for (const td of tr.querySelectorAll('td')) {
+                cells[td.className.replace('text-center ', '')] = td.innerText.trim();
+            }
             if (cells['student-id']) { out[cells['student-id']] = cells; }
         }
         return out;
     }""", ROWS)
 
 
-def _press(page, button, what: str, log: str = "") -> str:
+def _press(page, server, button, what: str, shot: Path | None = None) -> str:
     """Click a formgrader button and wait for its result modal; returns the modal's text
-    after closing it.
+    after closing it (a screenshot of the modal to ``shot`` first, if given).
 
     Raises:
         AssertionError: no result within BUTTON_SECONDS, or the result is formgrader's
-            error modal (its whole text, nbgrader's traceback included, in the message).
+            error modal (its whole text, nbgrader's traceback included, and the end of
+            the server's log in the message).
     """
     button.click()
     modal = page.locator(RESULT_MODAL)
     modal.wait_for(state="visible", timeout=BUTTON_SECONDS * 1000)
     text = modal.inner_text()
     failed = modal.get_attribute("id") == "error-modal"
+    if shot:
+        page.wait_for_timeout(500)  # Bootstrap's fade-in
+        page.screenshot(path=str(shot))
     modal.locator("button.close", has_text="OK").click()
     modal.wait_for(state="detached", timeout=10_000)
-    assert not failed, f"formgrader's {what} failed:\n{text}\n--- server log ---\n{log}"
+    assert not failed, f"formgrader's {what} failed:\n{text}\n--- server log ---\n{server.log_tail(60)}"
     assert not page.dialogs, page.dialogs
     return text
 
@@ -167,19 +173,21 @@ def test_formgraders_autograde_button_agrees_with_course_grader(graded, formgrad
     from grader.coursedir import CourseDir
 
     server, page = formgrader
-    assert graded["rows"]["chloe"].score == EXPECTED["chloe"]["score"] == 2 and graded["rows"]["chloe"].status.startswith("graded")
+    chloe_row = graded["rows"]["chloe"]
+    assert chloe_row.score == EXPECTED["chloe"]["score"] == 2 and chloe_row.status.startswith("graded"), chloe_row
     _open(page, server, f"manage_submissions/{A}")
     chloe = page.locator(ROWS).filter(has=page.locator("td.student-id", has_text="chloe"))
     autograded = graded["course"] / "autograded" / "chloe" / A / f"{A}.ipynb"
     before = autograded.stat().st_mtime_ns
-    text = _press(page, chloe.locator("td.autograde a:has(span.glyphicon-flash)"), "Autograde of chloe",
-                  server.log_tail(60))
+    shots = tmp_path_factory.getbasetemp()
+    text = _press(page, server, chloe.locator("td.autograde a:has(span.glyphicon-flash)"), "Autograde of chloe",
+                  shots / "formgrader-autograde-modal.png")
     assert f"Successfully autograded '{A}' for student 'chloe'" in text, text
     assert autograded.stat().st_mtime_ns != before, "the Autograde button did not regrade chloe"
     page.wait_for_function("""(rows) => Array.from(document.querySelectorAll(rows)).some(tr =>
         tr.querySelector('td.student-id') && tr.querySelector('td.student-id').innerText.trim() === 'chloe'
         && tr.querySelector('td.score').innerText.trim() !== '')""", arg=ROWS, timeout=30_000)
-    shot = tmp_path_factory.getbasetemp() / "formgrader-manage-submissions.png"
+    shot = shots / "formgrader-manage-submissions.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
     rows = _rows(page)
@@ -188,12 +196,12 @@ def test_formgraders_autograde_button_agrees_with_course_grader(graded, formgrad
     assert rows["ada"]["score"] == "10 / 10", rows["ada"]
     with Gradebook(CourseDir.open(graded["course"]).db_url) as gb:
         submission = gb.find_submission(A, "chloe")
-        assert submission.score == graded["rows"]["chloe"].score == 2
+        assert submission.score == chloe_row.score == 2
         grades = {g.name: g for nb in submission.notebooks for g in nb.grades}
         assert grades and not [n for n, g in grades.items() if g.needs_manual_grade], (
             {n: (g.auto_score, g.needs_manual_grade) for n, g in grades.items()})
         points = {course.exercise_id(n): float(g.score) for n, g in grades.items()}
-    assert points == graded["rows"]["chloe"].points == EXPECTED["chloe"]["exercises"], points
+    assert points == chloe_row.points == EXPECTED["chloe"]["exercises"], points
 
 
 def test_generate_and_release_feedback_buttons_release_every_students_feedback(graded, formgrader,
@@ -201,15 +209,19 @@ def test_generate_and_release_feedback_buttons_release_every_students_feedback(g
     from nbgrader.utils import notebook_hash
 
     server, page = formgrader
+    shots = tmp_path_factory.getbasetemp()
     _open(page, server, "manage_assignments")
     row = page.locator(ROWS).filter(has=page.locator("td.name", has_text=A))
-    text = _press(page, row.locator("td.generate-feedback a:has(span.glyphicon-comment)"),
-                  f"Generate Feedback of {A}", server.log_tail(60))
+    feedback = graded["course"] / "feedback" / "ada" / A / f"{A}.html"
+    before = feedback.stat().st_mtime_ns  # course-grader's
+    text = _press(page, server, row.locator("td.generate-feedback a:has(span.glyphicon-comment)"),
+                  f"Generate Feedback of {A}", shots / "formgrader-generate-feedback-modal.png")
     assert f"Successfully generated feedback of '{A}'" in text, text
-    text = _press(page, row.locator("td.release-feedback a:has(span.glyphicon-envelope)"),
-                  f"Release Feedback of {A}", server.log_tail(60))
+    assert feedback.stat().st_mtime_ns != before, "the Generate Feedback button wrote no feedback"
+    text = _press(page, server, row.locator("td.release-feedback a:has(span.glyphicon-envelope)"),
+                  f"Release Feedback of {A}", shots / "formgrader-release-feedback-modal.png")
     assert f"Successfully released feedback of '{A}'" in text, text
-    page.screenshot(path=str(tmp_path_factory.getbasetemp() / "formgrader-manage-assignments.png"), full_page=True)
+    page.screenshot(path=str(shots / "formgrader-manage-assignments.png"), full_page=True)
     released = graded["exchange"] / COURSE_ID / "feedback"
     expected = {s: f"{notebook_hash(secret=k, notebook_id=A)}.html" for s, k in graded["keys"].items()}
     assert sorted(p.name for p in released.iterdir()) == sorted(expected.values())

@@ -140,7 +140,7 @@ def test_validate_runs_the_student_notebook_when_the_venv_is_not_activated(cours
 
 IGNORED = ["submitted/ada/01_similarity/01_similarity.ipynb", "autograded/ada/01_similarity/01_similarity.ipynb",
            "feedback/ada/01_similarity/01_similarity.html", "release/01_similarity/01_similarity.ipynb",
-           "gradebook.db", "grades.csv", "submission_times.csv", "report/index.html"]
+           "gradebook.db", "grades.csv", "submission_times.csv", "report/index.html", ".course-grader/status.json"]
 KEPT = ["notebooks/01_similarity/01_similarity.ipynb", "solutions/01_similarity/01_similarity.ipynb",
         "notebooks/01_similarity/new.ipynb", "solutions/11_new/11_new.ipynb",
         "sample_class/ada/feedback/x.html", "docs/release/x.md"]  # the rules hold at the root only
