@@ -90,6 +90,9 @@ c.OverwriteCells.add_missing_cells = True
 # Feedback reads like a tutor's comments: a summary at the top (score, per exercise the
 # points, the diagnosis and a hint, what to revisit), the comment under each test cell,
 # the learner's own figures in place; never hidden test code or grader tracebacks.
+# `nbgrader generate_feedback` after manual grading must rewrite the feedback that
+# course-grader grade wrote (formgrader's button always does): without this it skips it.
+c.GenerateFeedback.force = True
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.feedback.ExplainFailures",

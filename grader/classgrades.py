@@ -16,7 +16,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.engine import make_url
 
 from . import course
-from .coursedir import CourseDir
+from .coursedir import CourseDir, CourseDirError, default_root
 
 UNANSWERED = "No response."  # nbgrader's comment on an answer cell left as released
 
@@ -58,7 +58,11 @@ def gradebook_url(course_dir: Path | str | None = None) -> str:
     Raises:
         NoGrades: it is a SQLite file that does not exist yet.
     """
-    url = CourseDir.open(course_dir).db_url
+    try:
+        url = CourseDir.open(course_dir, create=False).db_url
+    except CourseDirError:
+        where = Path(course_dir).resolve() if course_dir is not None else default_root()
+        raise NoGrades(f"no gradebook at {where}: grade first (make grade, or make demo)") from None
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
         raise NoGrades(f"no gradebook at {parsed.database}: grade first (make grade, or make demo)")

@@ -58,7 +58,7 @@ class CourseDir:
 
     @classmethod
     def open(cls, root: Path | str | None = None, db_url: str | None = None,
-             submitted: Path | str | None = None) -> "CourseDir":
+             submitted: Path | str | None = None, create: bool = True) -> "CourseDir":
         """The course directory at ``root`` (default: ``default_root()``).
 
         A folder without an nbgrader_config.py gets one (see the module's docs), naming
@@ -68,12 +68,15 @@ class CourseDir:
 
         Raises:
             CourseDirError: ``db_url`` or ``submitted`` differs from what the folder's
-                configuration names, or the configuration names another root.
+                configuration names, or the configuration names another root; or
+                ``create`` is False and the folder has no nbgrader_config.py.
         """
         root = Path(root).resolve() if root is not None else default_root()
         submitted = Path(submitted).resolve() if submitted is not None else None
         config_file = root / CONFIG_NAME
         if not config_file.is_file():
+            if not create:
+                raise CourseDirError(f"{root} is not a course directory yet (no {CONFIG_NAME})")
             root.mkdir(parents=True, exist_ok=True)
             config_file.write_text(_config_text(root, db_url, submitted), encoding="utf-8")
         config = PyFileConfigLoader(CONFIG_NAME, path=str(root)).load_config()

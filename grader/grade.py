@@ -99,9 +99,9 @@ class Grader:
     gradebook. ``duedates`` (assignment id -> date) are set as the assignments' due
     dates in the gradebook; without one, the gradebook's due date stands.
     ``extensions`` ((student, assignment) -> that student's due date) become nbgrader's
-    extensions. Submission times are ``timestamps`` when given (the instructor's
-    override, e.g. from an LMS), else what ``nbgrader collect`` recorded in
-    submission_times.csv (``grader.exchange``); a student's own timestamp.txt never.
+    extensions. Submission times are what ``nbgrader collect`` recorded in
+    submission_times.csv (``grader.exchange``), or ``timestamps`` where given (the
+    instructor's override, e.g. from an LMS); a student's own timestamp.txt never.
 
     Raises:
         RuntimeError: another grader holds this course directory, the gradebook cannot be
@@ -123,7 +123,7 @@ class Grader:
         _check_gradebook(self.db_url)
         self.duedates = {a: _utc(d, f"the due date of {a}") for a, d in (duedates or {}).items()}
         self.extensions = {k: _utc(d, f"the extension of {k[0]} on {k[1]}") for k, d in (extensions or {}).items()}
-        self.timestamps = timestamps if timestamps is not None else read_submission_times(self.course.root)
+        self.timestamps = {**read_submission_times(self.course.root), **(timestamps or {})}  # yours win
         self.secret = CourseSecret(config=self.course.config).secret()
         self.statuses = Statuses(self.course)
         self._registered: set[str] = set()

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nbgrader.plugins import ExportPlugin
+from nbgrader.plugins import CsvExportPlugin
 
 from . import classgrades
 from .coursedir import CourseDir, Statuses
@@ -81,10 +81,11 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 
 
-class GradeTable(ExportPlugin):
+class GradeTable(CsvExportPlugin):
     """``nbgrader export`` writes grades.csv (``--to`` elsewhere) as ``course-grader grade``
     does; nbgrader's own table stays one flag away
-    (``--ExportApp.plugin_class=nbgrader.plugins.CsvExportPlugin``)."""
+    (``--ExportApp.plugin_class=nbgrader.plugins.CsvExportPlugin``). A subclass of
+    nbgrader's CSV plugin, so its options (``--to``, ``--student``) apply."""
 
     def export(self, gradebook) -> None:
         root = Path(self.parent.coursedir.root) if self.parent is not None else Path.cwd()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from . import lms
 from .classgrades import ClassGrades, NoGrades, gradebook_url, mistake_key, read
-from .coursedir import CourseDir
+from .coursedir import default_root
 from .sanitize import one_line, text_html
 
 __all__ = ["NoGrades", "Mistake", "common_mistakes", "pass_rates", "write_report"]
@@ -222,7 +222,7 @@ def write_report(course_dir: Path | str | None = None, roster: Path | None = Non
 
     people = lms.read_roster(roster) if roster else {}
     grades = read(gradebook_url(course_dir), progress=progress)
-    folder = CourseDir.open(course_dir).root / "report"
+    folder = (Path(course_dir).resolve() if course_dir is not None else default_root()) / "report"
     folder.mkdir(parents=True, exist_ok=True)
     with tqdm(total=4, desc="class report", unit="step", disable=not progress, file=sys.stderr) as bar:
         rates, mistakes = pass_rates(grades), common_mistakes(grades)

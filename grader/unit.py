@@ -280,7 +280,9 @@ def _status(note: str, diagnoses: dict[str, str]) -> str:
 
 def _duration(seconds: float) -> str:
     minutes = int(seconds // 60)
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{max(minutes, 1)} min"
+    if minutes < 1:
+        return f"{max(int(seconds), 1)} s"
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _autograde_failure(result: dict) -> str:

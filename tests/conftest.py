@@ -14,6 +14,7 @@ import pytest
 
 from grader import course
 from grader.course import solution_namespace  # noqa: F401  (the test modules import it from here)
+from tests.accounts import accounts  # noqa: F401  (real student accounts: test_exchange, test_term)
 
 
 @pytest.fixture(scope="session")

@@ -11,27 +11,16 @@ and to a classmate's notebook, FIFOs, a folder claiming a classmate's name, a li
 as a submission. Every nbgrader command is the venv's, by absolute path, with a PATH
 that does not hold the venv. No notebook is executed.
 
-The venv's interpreter for the student accounts: ``.venv/bin/python`` is a link to the
-pyenv interpreter under ``/root``, which is mode 0700, so another account cannot run it
-(the venv's own folders are world-readable). Each student command therefore runs in a
-private mount namespace (``unshare --mount``, as root, before ``runuser`` becomes the
-student) in which the topmost folder that other accounts cannot enter (``/root``) is an
-empty tmpfs holding only a read-only bind mount of the interpreter's installation at
-its own path. The student sees the same files at the same paths, nothing else of
-``/root``, and nothing changes on the host. Where the interpreter is reachable (a system
-Python), commands run without the namespace.
+The accounts, and the mount namespace that lets them run the venv's interpreter, are
+``tests/accounts.py``'s.
 """
 from __future__ import annotations
 
 import json
 import os
-import pwd
 import secrets
 import shutil
 import stat
-import subprocess
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -39,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import course
 from grader.exchange import TIMES_FILE, read_submission_times
+from tests.accounts import course_dir, instructor
 
 A = "01_similarity"
 NB = f"{A}.ipynb"
@@ -50,122 +39,10 @@ HONEST, FORGER, TWICE, ATTACKER = STUDENTS
 FORGED = "2000-01-01 00:00:00.000000 UTC"  # a constant "format": nbgrader then names the folder and
 #                                            writes timestamp.txt with this time
 LATER = "2099-01-01 00:00:00.000000 UTC"  # folder-name times that would win in stock collect
-NBGRADER = Path(sys.prefix) / "bin" / "nbgrader"
-PATH = "/usr/bin:/bin"
 SLACK = timedelta(seconds=1)  # ctime is the kernel's coarse clock
 
 
-# --- accounts and commands -----------------------------------------------------------------
-
-
-def _hidden_above(path: Path) -> Path | None:
-    """The topmost folder at or above ``path`` that other accounts cannot enter, or None."""
-    for folder in [*reversed(path.parents), path]:
-        if not os.stat(folder).st_mode & stat.S_IXOTH:
-            return folder
-    return None
-
-
-def _readable_by_others(path: Path) -> bool:
-    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [*path.parents, path]) \
-        and bool(os.stat(path).st_mode & stat.S_IROTH)
-
-
-class Accounts:
-    """The student accounts and how to run commands as them."""
-
-    def __init__(self, base: Path):
-        self.base = base
-        self.prefix = Path(os.path.realpath(sys.base_prefix))  # the interpreter's installation
-        self.hidden = _hidden_above(self.prefix)
-        self.stash = base / "interpreter"
-
-    def home(self, user: str) -> Path:
-        return self.base / "home" / user
-
-    def run(self, user: str, *argv, cwd: Path | None = None, python: bool = False) -> subprocess.CompletedProcess:
-        """Run ``argv`` as ``user`` with a clean environment; ``python``: it runs the venv's interpreter."""
-        env = ["env", "-i", f"HOME={self.home(user)}", f"PATH={PATH}", "LANG=C.UTF-8", f"USER={user}",
-               f"LOGNAME={user}"]
-        command = ["runuser", "-u", user, "--", *env, *map(str, argv)]
-        if python and self.hidden is not None:
-            script = ('set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m afs-hidden "$3"; '
-                      'mkdir -p "$1"; mount --bind "$2" "$1"; mount -o remount,bind,ro "$1"; shift 3; exec "$@"')
-            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                       str(self.prefix), str(self.stash), str(self.hidden), *command]
-        done = subprocess.run(command, cwd=cwd or self.home(user), capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, f"{argv} as {user} failed:\n{done.stdout}\n{done.stderr}"
-        return done
-
-    def nbgrader(self, user: str, *args) -> str:
-        return self.run(user, NBGRADER, *args, cwd=self.home(user) / "work", python=True).stderr
-
-
-@pytest.fixture(scope="session")
-def accounts():
-    """Real student accounts afs_stu1..4, each with a HOME in a world-readable temporary folder."""
-    if os.geteuid() != 0:
-        pytest.skip("the exchange test creates real student accounts (useradd) and runs as them: run it as root")
-    missing = [t for t in ("useradd", "userdel", "runuser", "unshare", "mount") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"the exchange test needs {', '.join(missing)}")
-    if not all(_readable_by_others(p) for p in (Path(sys.prefix), NBGRADER)):
-        pytest.skip(f"other accounts cannot read the venv {sys.prefix}")
-    base = Path(tempfile.mkdtemp(prefix="afs-exchange-"))
-    os.chmod(base, 0o755)
-    made = []
-    try:
-        accounts = Accounts(base)
-        accounts.stash.mkdir()
-        (base / "home").mkdir()
-        for user in STUDENTS:
-            try:
-                pwd.getpwnam(user)
-                subprocess.run(["userdel", "-r", user], capture_output=True)  # left by a killed run
-            except KeyError:
-                pass
-            subprocess.run(["useradd", "-m", "-d", str(accounts.home(user)), "-s", "/usr/sbin/nologin", "-U", user],
-                           check=True, capture_output=True)
-            made.append(user)
-        if accounts.hidden is not None:
-            probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
-            if probe.returncode:
-                pytest.skip(f"the interpreter is under {accounts.hidden}, which students cannot enter, and no "
-                            f"mount namespace can be made to show it to them: {probe.stderr.decode()}")
-        yield accounts
-    finally:
-        for user in made:
-            subprocess.run(["userdel", "-r", user], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
-
-
 # --- the course ---------------------------------------------------------------------------------
-
-
-def _course_dir(folder: Path, exchange: Path, db: Path, course_id: str = COURSE, extra: str = "") -> Path:
-    """An instructor's course folder whose nbgrader_config.py loads the course's and plugs TrustedCollect in."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "home").mkdir(exist_ok=True)
-    (folder / "nbgrader_config.py").write_text(f"""\
-c = get_config()
-load_subconfig({str(course.CONFIG_FILE)!r})
-c.CourseDirectory.root = {str(folder)!r}
-c.CourseDirectory.source_directory = {str(course.SOLUTIONS)!r}
-c.CourseDirectory.release_directory = "release"
-c.CourseDirectory.db_url = {f"sqlite:///{db}"!r}
-c.CourseDirectory.course_id = {course_id!r}
-c.Exchange.root = {str(exchange)!r}
-c.ExchangeFactory.collect = "grader.exchange.TrustedCollect"
-{extra}""")
-    return folder
-
-
-def _instructor(folder: Path, *args) -> str:
-    """Run the venv's nbgrader as the instructor in ``folder``; the grader package is this checkout's."""
-    env = {"HOME": str(folder / "home"), "PATH": PATH, "LANG": "C.UTF-8", "PYTHONPATH": str(course.ROOT)}
-    done = subprocess.run([str(NBGRADER), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"nbgrader {args} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stderr
 
 
 def _api(folder: Path, **config):
@@ -211,6 +88,7 @@ def world(accounts, tmp_path_factory):
 
     import grader.release  # noqa: F401 - see below
 
+    accounts.add(*STUDENTS)
     base = accounts.base
     exchange = base / "exchange"
     exchange.mkdir()
@@ -220,12 +98,12 @@ def world(accounts, tmp_path_factory):
     secret.write_text(f"ROOT-ONLY-{secrets.token_hex(8)}")
     secret.chmod(0o600)
     root = tmp_path_factory.mktemp("exchange-course")
-    main = _course_dir(root / "main", exchange, root / "gradebook.db")
+    main = course_dir(root / "main", exchange, root / "gradebook.db", COURSE)
     # nbgrader 0.9.6 runs `alembic` from PATH to stamp a new gradebook; the venv is not on
     # PATH, so the gradebook is made here, where grader.release answers that in process.
     Gradebook(f"sqlite:///{root / 'gradebook.db'}", COURSE).close()
-    _instructor(main, "generate_assignment", A)
-    _instructor(main, "release_assignment", A)
+    instructor(main, "generate_assignment", A)
+    instructor(main, "release_assignment", A)
     inbound = exchange / COURSE / "inbound"
     planted_nb = base / "planted.ipynb"
     shutil.copy(main / "release" / A / NB, planted_nb)
@@ -234,14 +112,7 @@ def world(accounts, tmp_path_factory):
     times: dict[str, datetime] = {}
 
     def start(user: str, mark: str) -> Path:
-        work = accounts.home(user) / "work"
-        accounts.run(user, "mkdir", work)
-        jupyter = accounts.home(user) / ".jupyter"
-        accounts.run(user, "mkdir", jupyter)
-        config = (f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\n"
-                  f"c.CourseDirectory.course_id = {COURSE!r}\nc.CourseDirectory.root = {str(work)!r}\n")
-        (jupyter / "nbgrader_config.py").write_text(config)
-        shutil.chown(jupyter / "nbgrader_config.py", user, user)
+        work = accounts.enroll(user, exchange, COURSE)
         accounts.nbgrader(user, "fetch_assignment", A)
         _mark(work / A / NB, mark)
         return work / A / NB
@@ -305,7 +176,7 @@ def _state(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def collected(world):
     """``nbgrader collect 01_similarity`` in the main course, and what it left."""
-    log = _instructor(world["main"], "collect", A)
+    log = instructor(world["main"], "collect", A)
     return {"log": log, **_state(world["main"])}
 
 
@@ -395,7 +266,7 @@ def test_before_duedate_uses_the_students_due_date_with_its_extension(world, col
 
     db = world["root"] / "duedate.db"
     shutil.copy(world["db"], db)
-    folder = _course_dir(world["root"] / "duedate", world["exchange"], db)
+    folder = course_dir(world["root"] / "duedate", world["exchange"], db, COURSE)
     due = world["times"]["twice between"]
     with Gradebook(f"sqlite:///{db}", COURSE) as gb:
         gb.update_or_create_assignment(A, duedate=due)
@@ -421,7 +292,7 @@ def updated(world, collected):
     _mark(accounts.home(TWICE) / "work" / A / NB, "v3")
     third_from = _now()
     accounts.nbgrader(TWICE, "submit", A)
-    log = _instructor(world["main"], "collect", "--update", A)
+    log = instructor(world["main"], "collect", "--update", A)
     after = _state(world["main"])
     dest = world["main"] / "submitted" / HONEST / A
     inode = dest.stat().st_ino
@@ -449,7 +320,7 @@ def test_update_recollects_a_newer_submission_and_is_idempotent(world, collected
 def test_formgrader_collect_gives_the_same_result(world, updated):
     from grader.exchange import TrustedCollect
 
-    folder = _course_dir(world["root"] / "formgrader", world["exchange"], world["db"])
+    folder = course_dir(world["root"] / "formgrader", world["exchange"], world["db"], COURSE)
     api = _api(folder)
     assert api.exchange.collect is TrustedCollect
     result = api.collect(A)
@@ -471,12 +342,12 @@ def test_one_account_for_everyone_turns_the_owner_check_off(world):
         shutil.copy(world["main"] / "release" / A / NB, folder / NB)
         (folder / "submission_secret.txt").write_text(secrets.token_hex(64))
     root = world["root"]
-    folder = _course_dir(root / "one-account", world["exchange"], root / "one-account.db", course_id)
+    folder = course_dir(root / "one-account", world["exchange"], root / "one-account.db", course_id)
     result = _api(folder).collect(A)
     assert result["success"], result
     assert "owners are not checked" in result["log"]
     assert set(read_submission_times(folder)) == {("solo1", A), ("solo2", A)}
-    strict = _course_dir(root / "strict", world["exchange"], root / "strict.db", course_id,
+    strict = course_dir(root / "strict", world["exchange"], root / "strict.db", course_id,
                          extra="c.TrustedCollect.check_owner = True\n")
     result = _api(strict).collect(A)
     assert result["success"], result

@@ -114,17 +114,25 @@ def test_nbgrader_export_and_manual_grading_keep_working(graded_class, tmp_path)
         gb.db.commit()
     csv_path = tmp_path / "export.csv"
     nbgrader = Path(sys.executable).parent / "nbgrader"
-    # nbgrader's own command, run in the workspace with the configuration the grader left there
-    subprocess.run([str(nbgrader), "export", f"--CsvExportPlugin.to={csv_path}"], check=True,
-                   cwd=graded_class["out"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:  # nbgrader's own command and its own table, run in the course directory
+        subprocess.run([str(nbgrader), "export", "--ExportApp.plugin_class=nbgrader.plugins.CsvExportPlugin",
+                        f"--to={csv_path}"], check=True, cwd=graded_class["out"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        ours = tmp_path / "ours.csv"  # the course's plugin: grades.csv's table, elsewhere with --to
+        subprocess.run([str(nbgrader), "export", f"--to={ours}"], check=True, cwd=graded_class["out"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        with Gradebook(db_url) as gb:  # leave the shared fixture as it was
+            gb.find_grade("similarity-score_matrix-test", ASSIGNMENT, ASSIGNMENT, "chloe").manual_score = None
+            gb.db.commit()
     with open(csv_path, newline="") as f:
         exported = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(f)}
     chloe = graded_class["rows"][("chloe", ASSIGNMENT)]
     assert exported[("chloe", ASSIGNMENT)] == chloe.score + 1.5
     assert exported[("ada", ASSIGNMENT)] == 10
-    with Gradebook(db_url) as gb:  # leave the shared fixture as it was
-        gb.find_grade("similarity-score_matrix-test", ASSIGNMENT, ASSIGNMENT, "chloe").manual_score = None
-        gb.db.commit()
+    with open(ours, newline="") as f:
+        table = {(r["student_id"], r["assignment_id"]): float(r["score"]) for r in csv.DictReader(f)}
+    assert table == exported | {k: v for k, v in table.items() if k[1] == ""}  # + folders that are no submission
 
 
 def test_grading_never_writes_the_submissions(graded_class):

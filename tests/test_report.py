@@ -129,17 +129,17 @@ def test_a_roster_fills_the_lms_identity_columns(report, tmp_path):
 
 
 def test_the_command_prints_only_file_names_on_stdout_and_one_line_for_bad_input(graded_class, tmp_path, capsys):
-    assert main(["report", "--out", str(graded_class["out"])]) == 0
+    assert main(["report", "--course", str(graded_class["out"])]) == 0
     captured = capsys.readouterr()
     assert captured.out.splitlines() and all(line.startswith("wrote ") for line in captured.out.splitlines())
     assert "class report" in captured.err  # tqdm's bar, on stderr
-    assert main(["report", "--out", str(tmp_path / "nothing")]) == 2
+    assert main(["report", "--course", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("course-grader report: no gradebook at") and "make grade" in err[0]
     assert not (tmp_path / "nothing").exists()  # looking left nothing behind
     bad = tmp_path / "roster.csv"
     bad.write_text("who\nada\n")
-    assert main(["report", "--out", str(graded_class["out"]), "--roster", str(bad)]) == 2
+    assert main(["report", "--course", str(graded_class["out"]), "--roster", str(bad)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
