@@ -75,9 +75,17 @@ def comments(assignment_id: str, points: dict[str, float], max_points: dict[str,
     order = list(titles) + sorted(set(max_points) - set(titles))
     remarks = remarks or {}
     return [Comment(e, float(points.get(e, 0.0)), float(max_points[e]),
-                    diagnoses.get(e) or (None if points.get(e, 0.0) >= max_points[e] else "no points"),
+                    diagnoses.get(e) or _short(points.get(e, 0.0), max_points[e]),
                     titles.get(e, ""), _function(e), remarks.get(e))
             for e in order if e in max_points]
+
+
+def _short(points: float, max_points: float) -> str | None:
+    """What to say of points short of the maximum that no check explains: the checks give all
+    or nothing, so part of the points was given by hand."""
+    if points >= max_points:
+        return None
+    return "no points" if points <= 0 else f"{points:g} of {max_points:g} points, given by hand"
 
 
 def revisit(found: list[Comment]) -> list[str]:

@@ -163,3 +163,19 @@ def test_make_quotes_a_database_url_for_the_shell():
     done = subprocess.run(["make", "-n", "grade", f"DB_URL={url}", "STUDENT=ada ben"], cwd=course.ROOT,
                           capture_output=True, text=True, check=True)
     assert f"--db-url '{url}'" in done.stdout and "--student 'ada' --student 'ben'" in done.stdout
+
+
+def test_the_tutor_says_which_points_were_given_by_hand():
+    """The checks give all or nothing: part of the points, or full points over a failed check,
+    came from the instructor, and the summary says so with their comment."""
+    from grader.tutor import comments, summary_html
+
+    max_points = {"similarity-dot_product": 2.0, "similarity-cosine_similarity": 2.0, "similarity-score_matrix": 3.0}
+    found = {c.exercise: c for c in comments(
+        A, {"similarity-dot_product": 2.0, "similarity-cosine_similarity": 2.0, "similarity-score_matrix": 1.0},
+        max_points, {"similarity-cosine_similarity": "cosine_similarity(a, b): not normalised"},
+        {"similarity-score_matrix": "mind the <axis>"})}
+    assert found["similarity-score_matrix"].diagnosis == "1 of 3 points, given by hand"
+    assert not found["similarity-score_matrix"].passed and found["similarity-cosine_similarity"].passed
+    html = summary_html(list(found.values()), 5.0, 7.0)
+    assert "full points, given by hand" in html and "<em>Your instructor:</em> mind the &lt;axis&gt;" in html
