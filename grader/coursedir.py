@@ -125,10 +125,6 @@ class CourseDir:
     def grades_csv(self) -> Path:
         return self.root / "grades.csv"
 
-    @property
-    def submission_times(self) -> Path:
-        return self.root / "submission_times.csv"
-
 
 class Statuses:
     """Each row's one-line status ("graded: late by 5 min", "not graded: ..."), kept beside

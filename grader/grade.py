@@ -69,12 +69,10 @@ def _utc(text: str, what: str) -> datetime.datetime:
                            '(e.g. "2026-12-01 23:59:00 UTC")') from None
 
 
-def _late_penalties(gb: Gradebook, config, assignment_id: str, student_id: str) -> None:
+def _late_penalties(gb: Gradebook, assigner: AssignLatePenalties, assignment_id: str, student_id: str) -> None:
     """Each notebook's late penalty, as nbgrader's AssignLatePenalties computes it (the
     course's plugin and penalty method), from the gradebook's scores, manual grades
     included, and the student's due date, extension included."""
-    assigner = AssignLatePenalties(config=config)
-    assigner.init_plugin()
     submission = gb.find_submission(assignment_id, student_id)
     for notebook in submission.notebooks:
         notebook.late_submission_penalty = None
@@ -126,6 +124,8 @@ class Grader:
         self.timestamps = {**read_submission_times(self.course.root), **(timestamps or {})}  # yours win
         self.secret = CourseSecret(config=self.course.config).secret()
         self.statuses = Statuses(self.course)
+        self._penalties = AssignLatePenalties(config=self.course.config)  # the course's plugin, made once
+        self._penalties.init_plugin()
         self._registered: set[str] = set()
         self._max: dict[str, tuple[float, dict[str, float]]] = {}
 
@@ -276,7 +276,7 @@ class Grader:
                     grade.needs_manual_grade = needs_manual and grade.manual_score is None
                 for comment in notebook.comments:
                     comment.auto_comment = saved["comments"].get(comment.name)
-            _late_penalties(gb, self.course.config, assignment_id, student_id)
+            _late_penalties(gb, self._penalties, assignment_id, student_id)
             gb.db.commit()
             manual = _has_manual(gb, assignment_id, student_id)
         self.statuses.rows[(student_id, assignment_id)] = result["status"]
