@@ -37,11 +37,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $(STAMP)
 
+# configurable-http-proxy, the proxy JupyterHub starts, from the npm registry (hub/package-lock.json).
+HUB_DEPS := hub/node_modules/.installed
+$(HUB_DEPS): hub/package.json hub/package-lock.json
+	npm ci --prefix hub --no-audit --no-fund --loglevel=error
+	touch $(HUB_DEPS)
+
+.PHONY: hub-deps
+hub-deps: $(HUB_DEPS)
+
 # The sample class graded in a course directory of its own (its submitted folder: sample_class/).
 demo: $(STAMP) release
 	$(BIN)/course-grader grade --course '$(DEMO)' --submitted sample_class $(GRADE_OPTS)
 
-test: $(STAMP)
+test: $(STAMP) $(HUB_DEPS)
 	$(BIN)/python -m pytest -q
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
