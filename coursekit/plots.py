@@ -1,13 +1,14 @@
 """Plotting helpers shared by the notebooks: labelled heatmaps and 2-D vector pictures.
 
-Importing this module registers the Korean font shipped in ``assets/fonts`` as the
-fallback of matplotlib's default sans-serif font, so Hangul labels render on any
-machine, offline, with no system font installed. A label holding ``$math$`` is set
-entirely by mathtext, which has no Hangul: keep Korean and math in separate labels.
+Importing this module registers the Korean font shipped with the package
+(``coursekit/assets/fonts``, package data) as the fallback of matplotlib's default
+sans-serif font, so Hangul labels render on any machine, offline, with no system font
+installed. A label holding ``$math$`` is set entirely by mathtext, which has no Hangul:
+keep Korean and math in separate labels.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from importlib import resources
 from typing import Sequence
 
 import matplotlib
@@ -15,7 +16,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import font_manager
 
-KOREAN_FONT = Path(__file__).resolve().parents[1] / "assets" / "fonts" / "NanumSquareR.ttf"
+# importlib.resources, not a path beside __file__: it finds package data in an installed
+# wheel and in the editable install alike
+KOREAN_FONT = resources.files("coursekit").joinpath("assets", "fonts", "NanumSquareR.ttf")
 
 
 def use_korean_font() -> None:

@@ -15,7 +15,6 @@ CONFIG_FILE = ROOT / "nbgrader_config.py"
 SOLUTIONS = ROOT / "solutions"
 NOTEBOOKS = ROOT / "notebooks"
 SAMPLE_CLASS = ROOT / "sample_class"
-ASSETS = ROOT / "assets"  # fonts and images the notebooks read (also inside the sandbox)
 TEST_SUFFIX = "-test"
 
 

@@ -6,9 +6,9 @@ It starts the kernel through Debian's ``bwrap`` with:
 - no network (a new, empty network namespace) and its own PID, IPC and UTS namespaces,
   so it can neither reach a server nor see or signal the grader's processes;
 - a whitelisted, read-only view of the system: /usr, /etc, the Python installation,
-  the virtual environment, the ``coursekit`` package and ``assets/``. The course folder
-  (solutions, the ``grader`` package with its references, the secret), the gradebook,
-  the workspace and other students' files are simply not there;
+  the virtual environment and the ``coursekit`` package (its font is package data in
+  it). The course folder (solutions, the ``grader`` package with its references, the
+  secret), the gradebook, the workspace and other students' files are simply not there;
 - size-limited tmpfs scratch at ``/home/student/work`` (the working directory, holding
   a copy of the submission's non-notebook files) and ``/tmp``;
 - rlimits (``prlimit``): address space, processes, CPU seconds, file size, no core
@@ -60,7 +60,6 @@ from traitlets import Bool, Enum, Float, Integer, Unicode
 import coursekit
 
 from .cgroup import Cgroup, CgroupUnavailable
-from .course import ASSETS
 
 WORK = "/home/student/work"
 START = "/run/kernel-start"  # empty and read-only: the kernel's working folder while it starts
@@ -216,8 +215,7 @@ class SandboxedKernelManager(AsyncKernelManager):
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/home/student",
                  "--perms", "0777", "--dir", WORK]
-        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent),
-                    str(ASSETS)}
+        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
         # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
         parents = {str(p) for path in readable | {self._sockets} for p in Path(path).parents}
         for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):

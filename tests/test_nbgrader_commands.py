@@ -25,7 +25,7 @@ NBGRADER = Path(sys.executable).with_name("nbgrader")
 ACTIVATED = f"{NBGRADER.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # as after `source .venv/bin/activate`
 BARE = "/usr/bin:/bin"  # a shell where the venv is not activated
 ASSIGNMENT = "01_similarity"
-COMMITTED = ("solutions", "notebooks", "assets", "nbgrader_config.py")
+COMMITTED = ("solutions", "notebooks", "coursekit", "nbgrader_config.py")
 
 
 def nbgrader(*args: str, cwd: Path, path: str = ACTIVATED) -> str:
@@ -66,7 +66,7 @@ def course_copy(tmp_path) -> Path:
     for name in COMMITTED:
         source = course.ROOT / name
         if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         else:
             shutil.copy2(source, root / name)
     return root

@@ -53,10 +53,10 @@ def kernel(tmp_path_factory):
     del os.environ["GRADER_ONLY_SECRET"]
 
 
-def test_course_folder_hides_everything_but_coursekit_and_assets(kernel):
+def test_course_folder_hides_everything_but_coursekit(kernel):
     run, _ = kernel
     seen = run(f"import os, json; print(json.dumps(sorted(os.listdir({str(course.ROOT)!r}))))")
-    assert set(seen) <= {"coursekit", "assets", ".venv"}, seen
+    assert set(seen) <= {"coursekit", ".venv"}, seen
     assert run("import json, coursekit.plots as p; print(json.dumps(p.KOREAN_FONT.is_file()))") is True
     assert run("import json\ntry:\n import grader.checks; print(json.dumps('imported'))\n"
                "except ImportError as e: print(json.dumps('hidden'))") == "hidden"
