@@ -28,7 +28,7 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
 	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
-.PHONY: demo test bench tamper-report lab release grade screenshots clean
+.PHONY: demo test bench tamper-report lab release grade screenshots clean wheel student-env
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -50,8 +50,22 @@ hub-deps: $(HUB_DEPS)
 demo: $(STAMP) release
 	$(BIN)/course-grader grade --course '$(DEMO)' --submitted sample_class $(GRADE_OPTS)
 
-test: $(STAMP) $(HUB_DEPS)
+test: $(STAMP) $(HUB_DEPS) student-env
 	$(BIN)/python -m pytest -q
+
+# The student package (coursekit/pyproject.toml): what a learner pip-installs, with no
+# grader, solution or reference in it. setuptools builds in coursekit/build/, which is
+# removed before (a stale copy would go into the wheel) and after.
+WHEEL := dist/attention_coursekit-0.1.0-py3-none-any.whl
+wheel: $(STAMP)
+	rm -rf coursekit/build coursekit/*.egg-info $(WHEEL)
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist coursekit/
+	rm -rf coursekit/build coursekit/*.egg-info
+
+# The clean venv of tests/test_student_package.py, with the wheel and its pinned
+# dependencies installed (cached in out/student-env-<hash>/; the first build installs torch).
+student-env: $(STAMP)
+	$(BIN)/python -m tests.student_env
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)
@@ -90,4 +104,4 @@ screenshots: $(STAMP)
 	$(BIN)/python -m tests.lab docs/screenshots
 
 clean:
-	rm -rf $(VENV) out build
+	rm -rf $(VENV) out build dist coursekit/build coursekit/*.egg-info

@@ -1,8 +1,9 @@
 """Student-side helpers for Attention from Scratch: toy data, plots, seeding, visible tests.
 
-This package is what a learner's notebook imports. It holds no solution and no
-hidden check (tests/test_release.py proves it); those live in ``solutions/`` and in
-the instructor-side ``grader`` package.
+This package is what a learner's notebook imports, and the student wheel (its own
+pyproject.toml). It holds no solution and no hidden check (tests/test_release.py and, on
+the built wheel, tests/test_student_package.py prove it); those live in ``solutions/``
+and in the instructor-side ``grader`` package.
 """
 import random
 

@@ -1,4 +1,5 @@
-"""environment.yml and pyproject.toml pin the same packages to the same versions."""
+"""environment.yml and pyproject.toml pin the same packages to the same versions, and the
+student package (coursekit/pyproject.toml) pins a subset of them."""
 from __future__ import annotations
 
 import tomllib
@@ -20,15 +21,27 @@ def test_environment_yml_matches_pyproject():
     assert "python=3.11" in env["dependencies"]
 
 
+def test_student_package_pins_are_the_course_pins():
+    pins = set(tomllib.loads((course.ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    student = tomllib.loads((course.ROOT / "coursekit" / "pyproject.toml").read_text())["project"]
+    wanted = set(student["dependencies"]) | {pin for extra in student["optional-dependencies"].values()
+                                             for pin in extra}
+    assert wanted - pins == set(), "coursekit/pyproject.toml pins what the course does not, or otherwise"
+
+
 def test_korean_renders_offline_from_the_shipped_font(tmp_path):
-    """Hangul labels draw with the font in assets/fonts, with no missing-glyph warning."""
+    """Hangul labels draw with the font in coursekit/assets/fonts (package data, found
+    through importlib.resources in this editable install), with no missing-glyph warning."""
     import warnings
+    from importlib import resources
 
     import matplotlib
     matplotlib.use("Agg")
     from coursekit import plots
 
-    assert plots.KOREAN_FONT.is_file() and (plots.KOREAN_FONT.parent / "OFL.txt").is_file()
+    fonts = resources.files("coursekit") / "assets" / "fonts"
+    assert plots.KOREAN_FONT == fonts / "NanumSquareR.ttf"
+    assert plots.KOREAN_FONT.is_file() and (fonts / "OFL.txt").is_file()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ax = plots.heatmap([[0.2, 0.8], [0.6, 0.4]], ["나는", "고기를"], ["먹었다", "it"], title="나는 고기를 먹었다")
