@@ -126,6 +126,18 @@ c.HTMLExporter.filters = {
     "markdown2html": "grader.sanitize.MarkdownToSafeHTML",
 }
 c.HTMLExporter.preprocessors = ["grader.sanitize.SanitizeOutputs"]
+# Feedback typesets its math offline: MathJax 2 from the Jupyter server that shows the
+# page (the pinned jupyter_server_mathjax extension), not nbconvert's CDN. The course's
+# templates come first and hold only grader/templates/feedback/mathjax.html.j2, which
+# shadows nbconvert's macro; nbgrader's own feedback template does the rest, as when
+# GenerateFeedback sets these folders itself.
+import grader as _grader  # noqa: E402 - nbgrader loads this file with the course importable
+import nbgrader as _nbgrader  # noqa: E402
+
+c.HTMLExporter.extra_template_basedirs = [
+    os.path.join(os.path.dirname(_grader.__file__), "templates"),
+    os.path.join(os.path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+]
 
 # `nbgrader export` writes grades.csv, the whole gradebook with each row's status, as
 # course-grader grade does after every run (grader/gradetable.py).

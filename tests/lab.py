@@ -165,7 +165,7 @@ def serve_workspace(course_dir: Path, workdir: Path) -> Iterator[Lab]:
 
 @contextlib.contextmanager
 def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: list[str],
-            pythonpath: Path | None = None) -> Iterator[Lab]:
+            pythonpath: Path | None = None, base_url: str = "/") -> Iterator[Lab]:
     token = secrets.token_hex(16)
     port = _free_port()
     settings = workdir / "lab-settings"
@@ -187,10 +187,11 @@ def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: 
     log = workdir / f"jupyter{app}.log"
     command = [sys.executable, "-m", "jupyter", app, "--no-browser", "--allow-root",
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", *extra]
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+               f"--ServerApp.base_url={base_url}", *extra]
     with open(log, "w") as out:
         server = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    lab = Lab(f"http://127.0.0.1:{port}", token, root, log)
+    lab = Lab(f"http://127.0.0.1:{port}{base_url.rstrip('/')}", token, root, log)
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while True:
@@ -214,9 +215,22 @@ def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: 
 # ---------------------------------------------------------------------------- the browser
 
 @contextlib.contextmanager
-def browser(workdir: Path):
+def serve_folder(root: Path, workdir: Path, base_url: str = "/") -> Iterator[Lab]:
+    """A plain Jupyter server (``jupyter server``, no Lab) on ``root`` at ``base_url``
+    (``/user/<name>/`` is how JupyterHub serves a student), with this environment's
+    server extensions, as a student's server shows their fetched feedback. Stopped on exit.
+
+    Raises:
+        RuntimeError: the server did not answer within STARTUP_SECONDS.
+    """
+    with _server(workdir, app="server", cwd=root, root=root, quick=False, extra=[], base_url=base_url) as lab:
+        yield lab
+
+
+@contextlib.contextmanager
+def browser(workdir: Path, args: list[str] = ()):
     """A Playwright browser context on the system chromium with a fresh profile in
-    ``workdir``; yields the context.
+    ``workdir`` and ``args`` after CHROMIUM_FLAGS; yields the context.
 
     Raises:
         BrowserMissing: chromium is not installed.
@@ -227,7 +241,7 @@ def browser(workdir: Path):
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(workdir / "chromium-profile"), executable_path=str(executable), headless=True,
-            args=CHROMIUM_FLAGS, viewport=VIEWPORT)
+            args=[*CHROMIUM_FLAGS, *args], viewport=VIEWPORT)
         try:
             yield context
         finally:
