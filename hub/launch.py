@@ -155,7 +155,10 @@ def instructor_env() -> Path:
     pyproject = (ROOT / "pyproject.toml").read_text()
     hub = [] if HUB_PIN in pyproject else [HUB_PIN]
     key = digest([str(ROOT), pyproject, *hub])
-    return build_venv("instructor", key, lambda prefix: pip(prefix, "-e", str(ROOT), *hub))
+    python = build_venv("instructor", key, lambda prefix: pip(prefix, "-e", str(ROOT), *hub))
+    _no_news(python.parent.parent)
+    subprocess.run(["chmod", "-R", "a+rX", str(python.parent.parent / "share" / "jupyter")], check=True)
+    return python
 
 
 def student_env() -> Path:
@@ -175,8 +178,18 @@ def student_env() -> Path:
     for plugin in INSTRUCTOR_LAB_PLUGINS:
         subprocess.run([jupyter, "labextension", "disable", "--level=sys_prefix", plugin], check=True,
                        capture_output=True, env=_clean_env())
-    subprocess.run(["chmod", "-R", "a+rX", str(prefix / "etc")], check=True)
+    _no_news(prefix)
+    subprocess.run(["chmod", "-R", "a+rX", str(prefix / "etc"), str(prefix / "share" / "jupyter")], check=True)
     return python
+
+
+def _no_news(prefix: Path) -> None:
+    """JupyterLab's settings overrides for everyone on this environment: never ask to fetch
+    Jupyter's news feed (the machine is offline; the popup sits over the notebook)."""
+    settings = prefix / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "overrides.json").write_text(json.dumps(
+        {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}, indent=1))
 
 
 # ------------------------------------------------------------------------------- the hub
