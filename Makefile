@@ -43,8 +43,15 @@ $(HUB_DEPS): hub/package.json hub/package-lock.json
 	npm ci --prefix hub --no-audit --no-fund --loglevel=error
 	touch $(HUB_DEPS)
 
-.PHONY: hub-deps
+.PHONY: hub-deps hub
 hub-deps: $(HUB_DEPS)
+
+# The course on a local JupyterHub for a demo (as root): an instructor and two student
+# accounts, the URL and passwords printed; Ctrl-C stops it and removes the accounts
+# (make hub KEEP=1 keeps them). See hub/README.md.
+KEEP ?=
+hub: $(STAMP) $(HUB_DEPS)
+	$(BIN)/python -m hub.launch $(if $(KEEP),--keep-accounts)
 
 # The sample class graded in a course directory of its own (its submitted folder: sample_class/).
 demo: $(STAMP) release

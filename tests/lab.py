@@ -248,6 +248,25 @@ def browser(workdir: Path, args: list[str] = ()):
             context.close()
 
 
+@contextlib.contextmanager
+def chromium_browser():
+    """The system chromium launched once, for several users' contexts at a time
+    (``browser.new_context(viewport=VIEWPORT)`` each: its own cookies); yields the browser.
+
+    Raises:
+        BrowserMissing: chromium is not installed.
+    """
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
 def open_lab(context, lab: Lab):
     """A page with JupyterLab loaded and ready."""
     page = context.new_page()
@@ -616,6 +635,65 @@ def validate_both(page, lab: Lab, assignment_id: str, shots: Path) -> dict[str, 
         open_notebook(page, paths[kind], len(nb.cells))
         results[kind] = validate(page, shots / f"validate-{kind}.png")
     return results
+
+
+# ---------------------------------------------------------------------------- formgrader
+
+# formgrader 0.9.6 (server_extensions/formgrader/static/js/manage_submissions.js,
+# manage_assignments.js, utils.js): one <tr> per row of #main-table, a <td> per column
+# named by class, each button an <a href="#"> around a glyphicon; every result is a
+# Bootstrap modal, #success-modal or #error-modal (the traceback in a "Traceback" panel).
+FORMGRADER_ROWS = "#main-table tr"
+FORMGRADER_RESULT = "#success-modal, #error-modal"
+FORMGRADER_BUTTON_SECONDS = 240  # one press of a formgrader button: autograde runs the notebook in the server
+
+
+def open_formgrader(page, server_url: str, path: str) -> None:
+    """The formgrader page ``path`` of the Jupyter server at ``server_url``, once its table
+    has been filled from formgrader's API."""
+    page.goto(f"{server_url}/formgrader/{path}")
+    page.wait_for_function("() => window.models && window.models.loaded === true", timeout=60_000)
+
+
+def formgrader_rows(page) -> dict[str, dict[str, str]]:
+    """Manage Submissions' table: student id -> column class -> the cell's text."""
+    return page.evaluate("""(rows) => {
+        const out = {};
+        for (const tr of document.querySelectorAll(rows)) {
+            const cells = {};
+            for (const td of tr.querySelectorAll('td')) {
+                cells[td.className.replace('text-center ', '')] = td.innerText.trim();
+            }
+            if (cells['student-id']) { out[cells['student-id']] = cells; }
+        }
+        return out;
+    }""", FORMGRADER_ROWS)
+
+
+def press_formgrader(page, button, what: str, log_tail=lambda: "", shot: Path | None = None) -> str:
+    """Click a formgrader button and wait for its result modal; returns the modal's text
+    after closing it (a screenshot of the modal to ``shot`` first, if given). ``log_tail()``
+    gives the end of the server's log for the failure message; ``page.dialogs``, when the
+    caller records the page's browser dialogs there, must stay empty.
+
+    Raises:
+        AssertionError: no result within FORMGRADER_BUTTON_SECONDS, or the result is
+            formgrader's error modal (its whole text, nbgrader's traceback included, and
+            the end of the server's log in the message).
+    """
+    button.click()
+    modal = page.locator(FORMGRADER_RESULT)
+    modal.wait_for(state="visible", timeout=FORMGRADER_BUTTON_SECONDS * 1000)
+    text = modal.inner_text()
+    failed = modal.get_attribute("id") == "error-modal"
+    if shot:
+        page.wait_for_timeout(500)  # Bootstrap's fade-in
+        page.screenshot(path=str(shot))
+    modal.locator("button.close", has_text="OK").click()
+    modal.wait_for(state="detached", timeout=10_000)
+    assert not failed, f"formgrader's {what} failed:\n{text}\n--- server log ---\n{log_tail()}"
+    assert not getattr(page, "dialogs", []), page.dialogs
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

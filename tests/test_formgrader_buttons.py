@@ -40,14 +40,8 @@ TIMES = {"ada": "2026-12-01 11:00:00.000000 UTC", "chloe": "2026-12-01 11:30:00.
 EXPECTED = {s: json.loads((course.SAMPLE_CLASS / s / "expected.json").read_text())[A] for s in TIMES}
 SHOWN = {"ada": "2026-12-01 11:00:00 UTC", "chloe": "2026-12-01 11:30:00 UTC"}  # formgrader's timestamp_format
 COURSE_ID = "attention-from-scratch"  # c.CourseDirectory.course_id of nbgrader_config.py
-BUTTON_SECONDS = 240  # one press of a formgrader button: autograde runs the notebook in the server
-
-# formgrader 0.9.6 (server_extensions/formgrader/static/js/manage_submissions.js,
-# manage_assignments.js, utils.js): one <tr> per row of #main-table, a <td> per column
-# named by class, each button an <a href="#"> around a glyphicon; every result is a
-# Bootstrap modal, #success-modal or #error-modal (the traceback in a "Traceback" panel).
-ROWS = "#main-table tr"
-RESULT_MODAL = "#success-modal, #error-modal"
+# formgrader's table rows and result modals: tests/lab.py (shared with tests/test_hub.py).
+ROWS = browser_lab.FORMGRADER_ROWS
 
 
 @pytest.fixture(scope="module")
@@ -111,48 +105,14 @@ def formgrader(graded, chromium_context):
 
 
 def _open(page, server, path: str) -> None:
-    """A formgrader page, once its table has been filled from formgrader's API."""
-    page.goto(f"{server.url}/formgrader/{path}")
-    page.wait_for_function("() => window.models && window.models.loaded === true", timeout=60_000)
+    browser_lab.open_formgrader(page, server.url, path)
 
 
-def _rows(page) -> dict[str, dict[str, str]]:
-    """Manage Submissions' table: student id -> column class -> the cell's text."""
-    return page.evaluate("""(rows) => {
-        const out = {};
-        for (const tr of document.querySelectorAll(rows)) {
-            const cells = {};
-            for (const td of tr.querySelectorAll('td')) {
-                cells[td.className.replace('text-center ', '')] = td.innerText.trim();
-            }
-            if (cells['student-id']) { out[cells['student-id']] = cells; }
-        }
-        return out;
-    }""", ROWS)
+_rows = browser_lab.formgrader_rows
 
 
 def _press(page, server, button, what: str, shot: Path | None = None) -> str:
-    """Click a formgrader button and wait for its result modal; returns the modal's text
-    after closing it (a screenshot of the modal to ``shot`` first, if given).
-
-    Raises:
-        AssertionError: no result within BUTTON_SECONDS, or the result is formgrader's
-            error modal (its whole text, nbgrader's traceback included, and the end of
-            the server's log in the message).
-    """
-    button.click()
-    modal = page.locator(RESULT_MODAL)
-    modal.wait_for(state="visible", timeout=BUTTON_SECONDS * 1000)
-    text = modal.inner_text()
-    failed = modal.get_attribute("id") == "error-modal"
-    if shot:
-        page.wait_for_timeout(500)  # Bootstrap's fade-in
-        page.screenshot(path=str(shot))
-    modal.locator("button.close", has_text="OK").click()
-    modal.wait_for(state="detached", timeout=10_000)
-    assert not failed, f"formgrader's {what} failed:\n{text}\n--- server log ---\n{server.log_tail(60)}"
-    assert not page.dialogs, page.dialogs
-    return text
+    return browser_lab.press_formgrader(page, button, what, lambda: server.log_tail(60), shot)
 
 
 def test_manage_submissions_lists_both_students_graded_with_their_times(graded, formgrader):

@@ -1,0 +1,430 @@
+"""The course on a local JupyterHub: `make hub` (a demo) and tests/test_hub.py.
+
+``start()`` brings up, on loopback only:
+
+* two environments, built once and cached under ``out/envs/`` (keyed by a hash of their
+  inputs, world-readable, from Debian's ``/usr/bin/python3.11``, which every account can
+  run): the STUDENT one (``tests/student_env.py``: the student wheel with its ``hub``
+  extra; no grader package, no solutions; formgrader and create-assignment switched off
+  in it) and the INSTRUCTOR one (the course installed editable from this repository, so
+  ``course-grader`` and formgrader work);
+* real local accounts made with ``useradd`` (``tests/accounts.py``) and given passwords
+  with ``chpasswd``: an instructor (the hub's admin) and students;
+* nbgrader's exchange, a root-owned folder of mode 0777, and the instructor's course
+  directory ``~instructor/course`` (``grader.coursedir.CourseDir``, its nbgrader_config.py
+  loading the repository's), made as the instructor;
+* JupyterHub from this (the dev) venv, as root, with ``hub/jupyterhub_config.py``: PAM
+  logins, each single-user server started as its user from its environment, the proxy
+  from ``make hub-deps``.
+
+Leaving the context stops the hub, which stops the proxy, the single-user servers and the
+managed service; any process of a course account still running is then killed by pid,
+and the accounts are removed (``userdel -r``) unless ``keep_accounts``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "out"
+ENVS = OUT / "envs"
+PYTHON = Path("/usr/bin/python3.11")
+PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+CONFIG = ROOT / "hub" / "jupyterhub_config.py"
+JUPYTERHUB = Path(sys.prefix) / "bin" / "jupyterhub"  # the dev venv's; the hub runs as root
+HUB_PIN = "jupyterhub==6.1.1"  # the same hub in every environment: the single-user servers talk to it
+COURSE_ID = "attention-from-scratch"  # nbgrader_config.py's c.CourseDirectory.course_id
+STARTUP_SECONDS = 120
+STOP_SECONDS = 30
+# nbgrader's instructor tools, which students must not have (server and lab extensions).
+INSTRUCTOR_SERVER_EXTENSIONS = ["nbgrader.server_extensions.formgrader",
+                                "nbgrader.server_extensions.create_assignment",
+                                "nbgrader.server_extensions.course_list"]
+INSTRUCTOR_LAB_PLUGINS = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                          "@jupyter/nbgrader:course-list"]
+SYSTEM_PATH = "/usr/bin:/bin"
+
+
+class EnvironmentMissing(RuntimeError):
+    """Something the hub is built from is not installed; the message says how to install it."""
+
+
+def require() -> None:
+    """Check what the hub needs from the machine.
+
+    Raises:
+        EnvironmentMissing: root is needed, or the proxy, /usr/bin/python3.11, bubblewrap
+            or a user-management tool is missing; the message gives the install command.
+    """
+    if os.geteuid() != 0:
+        raise EnvironmentMissing("the course hub makes real accounts and runs JupyterHub as root: run it as root")
+    missing = []
+    if not os.access(PROXY, os.X_OK):
+        missing.append(f"configurable-http-proxy ({PROXY}): run `make hub-deps` (npm ci --prefix hub)")
+    if not os.access(PYTHON, os.X_OK):
+        missing.append(f"{PYTHON}: run `apt-get install python3.11 python3.11-venv`")
+    if shutil.which("bwrap") is None:
+        missing.append("bubblewrap, the grading sandbox: run `apt-get install bubblewrap`")
+    for tool in ("useradd", "userdel", "chpasswd", "runuser"):
+        if shutil.which(tool) is None:
+            missing.append(f"{tool}: run `apt-get install passwd util-linux`")
+    if not os.access(JUPYTERHUB, os.X_OK):
+        missing.append(f"{JUPYTERHUB}: run `make` (pip install -e . into .venv, which pins {HUB_PIN})")
+    if missing:
+        raise EnvironmentMissing("the course hub cannot start:\n  " + "\n  ".join(missing))
+
+
+# ------------------------------------------------------------------------------- the environments
+
+def digest(parts: list[str], folders: list[Path] = ()) -> str:
+    """A short hash of ``parts`` and the .py files under ``folders``: an environment's cache key."""
+    h = hashlib.sha256("\n".join(parts).encode())
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def pip(prefix: Path, *args: str) -> None:
+    """``pip install ARGS`` into the venv at ``prefix``.
+
+    Raises:
+        subprocess.CalledProcessError: pip failed (its error is on stderr).
+    """
+    subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-input", *args],
+                   check=True, env=_clean_env())
+
+
+def _clean_env() -> dict:
+    """This process's environment without PYTHONPATH (a test's checkout on it would look installed)."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+
+
+def build_venv(name: str, key: str, install, python: Path = PYTHON) -> Path:
+    """The venv ``out/envs/<name>-<key>`` made from ``python`` and filled by
+    ``install(prefix)``, unless a complete one is there; returns its python. Everything in
+    it is world-readable; a second builder waits for the first and reuses its venv.
+
+    Raises:
+        EnvironmentMissing: ``python`` is not installed.
+        subprocess.CalledProcessError: venv or pip failed.
+    """
+    if not os.access(python, os.X_OK):
+        raise EnvironmentMissing(f"{python} is missing: run `apt-get install python3.11 python3.11-venv`")
+    ENVS.mkdir(parents=True, exist_ok=True)
+    for folder in (OUT, ENVS):
+        folder.chmod(0o755)  # other accounts run these venvs
+    prefix = ENVS / f"{name}-{key}"
+    with open(ENVS / f".{name}-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (prefix / ".complete").is_file():
+            shutil.rmtree(prefix, ignore_errors=True)  # half-built by a killed run
+            subprocess.run([str(python), "-m", "venv", str(prefix)], check=True, env=_clean_env())
+            install(prefix)
+            subprocess.run(["chmod", "-R", "a+rX", str(prefix)], check=True)
+            (prefix / ".complete").touch()
+    return prefix / "bin" / "python"
+
+
+def instructor_env() -> Path:
+    """The instructor's environment's python: the course installed editable from this
+    repository (``course-grader``, formgrader with the course's filters) and jupyterhub.
+
+    Raises:
+        EnvironmentMissing, subprocess.CalledProcessError: as ``build_venv``.
+    """
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    hub = [] if HUB_PIN in pyproject else [HUB_PIN]
+    key = digest([str(ROOT), pyproject, *hub])
+    python = build_venv("instructor", key, lambda prefix: pip(prefix, "-e", str(ROOT), *hub))
+    _no_news(python.parent.parent)
+    subprocess.run(["chmod", "-R", "a+rX", str(python.parent.parent / "share" / "jupyter")], check=True)
+    return python
+
+
+def student_env() -> Path:
+    """The student environment's python, with the instructor's nbgrader tools switched off.
+
+    Raises:
+        EnvironmentMissing, subprocess.CalledProcessError: as ``build_venv``.
+    """
+    from tests.student_env import student_env as build
+
+    python = build("hub")
+    prefix = python.parent.parent
+    jupyter = str(prefix / "bin" / "jupyter")
+    for extension in INSTRUCTOR_SERVER_EXTENSIONS:
+        subprocess.run([jupyter, "server", "extension", "disable", "--sys-prefix", extension], check=True,
+                       capture_output=True, env=_clean_env())
+    for plugin in INSTRUCTOR_LAB_PLUGINS:
+        subprocess.run([jupyter, "labextension", "disable", "--level=sys_prefix", plugin], check=True,
+                       capture_output=True, env=_clean_env())
+    _no_news(prefix)
+    subprocess.run(["chmod", "-R", "a+rX", str(prefix / "etc"), str(prefix / "share" / "jupyter")], check=True)
+    return python
+
+
+def _no_news(prefix: Path) -> None:
+    """JupyterLab's settings overrides for everyone on this environment: never ask to fetch
+    Jupyter's news feed (the machine is offline; the popup sits over the notebook)."""
+    settings = prefix / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "overrides.json").write_text(json.dumps(
+        {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}, indent=1))
+
+
+# ------------------------------------------------------------------------------- the hub
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serves_checks(instructor_python: Path) -> bool:
+    """Whether the instructor's ``course-grader`` has ``serve-checks`` (the check-my-work service)."""
+    done = subprocess.run([str(instructor_python.parent / "course-grader"), "serve-checks", "--help"],
+                          capture_output=True, env={"PATH": SYSTEM_PATH, "HOME": "/nonexistent"})
+    return done.returncode == 0
+
+
+@dataclass
+class Hub:
+    """A running course hub."""
+    url: str
+    instructor: str
+    students: list[str]
+    passwords: dict[str, str]
+    course: Path  # the instructor's course directory
+    exchange: Path
+    base: Path
+    log: Path
+    accounts: object  # tests.accounts.Accounts
+    instructor_python: Path
+    student_python: Path
+    check_service: bool
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    def user_url(self, user: str) -> str:
+        return f"{self.url}/user/{user}"
+
+    def home(self, user: str) -> Path:
+        return Path(pwd.getpwnam(user).pw_dir)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def run_as(self, user: str, *argv, cwd: Path | None = None, timeout: float = 600,
+               check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``argv`` as ``user`` with a clean environment (their environment's bin first on PATH).
+
+        Raises:
+            RuntimeError: ``check`` and the command failed; its output is in the message.
+        """
+        python = self.instructor_python if user == self.instructor else self.student_python
+        home = self.home(user)
+        env = ["env", "-i", f"HOME={home}", f"PATH={python.parent}:{SYSTEM_PATH}", "LANG=C.UTF-8",
+               f"USER={user}", f"LOGNAME={user}"]
+        done = subprocess.run(["runuser", "-u", user, "--", *env, *map(str, argv)], cwd=cwd or home,
+                              capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode:
+            raise RuntimeError(f"{[str(a) for a in argv]} as {user} failed (exit {done.returncode}):\n"
+                               f"{done.stdout}\n{done.stderr}")
+        return done
+
+
+def _set_password(user: str) -> str:
+    password = secrets.token_urlsafe(12)
+    subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True, capture_output=True)
+    return password
+
+
+def _instructor_course(hub: Hub) -> None:
+    """``~instructor/course``, made as the instructor by CourseDir (its nbgrader_config.py
+    loads the repository's), given the exchange, the course id and a course secret of the
+    instructor's own; ``~instructor/.jupyter/nbgrader_config.py`` loads it, so formgrader
+    in the instructor's server opens this course."""
+    home = hub.home(hub.instructor)
+    hub.run_as(hub.instructor, hub.instructor_python, "-c",
+               "import sys; from grader.coursedir import CourseDir; CourseDir.open(sys.argv[1])", hub.course)
+    extra = (f"# the course hub's (hub/launch.py)\n"
+             f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+             f"c.Exchange.root = {str(hub.exchange)!r}\n"
+             f"c.CourseSecret.secret_file = {str(home / '.attention-course-secret')!r}\n")
+    config = hub.course / "nbgrader_config.py"
+    with open(config, "a", encoding="utf-8") as f:  # root appends; the file stays the instructor's
+        f.write(extra)
+    hub.run_as(hub.instructor, "mkdir", "-p", home / ".jupyter")
+    user_config = home / ".jupyter" / "nbgrader_config.py"
+    user_config.write_text(f"c = get_config()  # noqa: F821\nload_subconfig({str(config)!r})  # noqa: F821\n")
+    shutil.chown(user_config, hub.instructor, hub.instructor)
+
+
+def _students_config(hub: Hub) -> None:
+    """The students' nbgrader configuration, in their environment's etc/jupyter: the
+    exchange and the course (nothing else: their course folder is their server's root)."""
+    etc = hub.student_python.parent.parent / "etc" / "jupyter"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "nbgrader_config.py").write_text(
+        '"""Written by hub/launch.py: the course hub\'s exchange and course, for every student."""\n'
+        "c = get_config()  # noqa: F821\n"
+        f"c.Exchange.root = {str(hub.exchange)!r}\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n")
+    os.chmod(etc / "nbgrader_config.py", 0o644)
+
+
+def _wait_until_up(hub: Hub) -> None:
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(f"{hub.url}/hub/api", timeout=2).close()
+            return
+        except OSError:
+            if hub.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"JupyterHub did not answer at {hub.url}:\n{hub.log_tail()}") from None
+            time.sleep(0.3)
+
+
+def _processes_of(uids: set[int]) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid in uids:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _stop(hub: Hub) -> list[int]:
+    """Stop the hub (and with it the proxy, servers and service); kill by pid whatever of
+    the course accounts outlived it. Returns the pids that had to be killed."""
+    if hub.process and hub.process.poll() is None:
+        hub.process.send_signal(signal.SIGTERM)  # JupyterHub stops its servers and proxy on SIGTERM
+        try:
+            hub.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            hub.process.kill()
+            hub.process.wait()
+    uids = set()
+    for user in [hub.instructor, *hub.students]:
+        with contextlib.suppress(KeyError):
+            uids.add(pwd.getpwnam(user).pw_uid)
+    left = _processes_of(uids)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+@contextlib.contextmanager
+def start(instructor: str = "afs_hub_instructor", students: tuple[str, ...] = ("afs_hub_ada", "afs_hub_kai"),
+          keep_accounts: bool = False, spawner_args: tuple[str, ...] = ()) -> Iterator[Hub]:
+    """The course hub, running until the context ends (see the module's docs).
+
+    Args:
+        instructor, students: account names; an existing account of that name is REMOVED
+            and made anew (``tests.accounts.Accounts.add``): use names only the course uses.
+        keep_accounts: leave the accounts (and their homes) when the hub stops.
+        spawner_args: extra arguments for every single-user server.
+
+    Raises:
+        EnvironmentMissing: see ``require``.
+        RuntimeError: the hub did not answer within STARTUP_SECONDS (its log in the message).
+    """
+    from tests.accounts import Accounts
+
+    require()
+    instructor_python, student_python = instructor_env(), student_env()
+    base = Path(tempfile.mkdtemp(prefix="afs-hub-"))
+    os.chmod(base, 0o755)
+    (base / "home").mkdir()
+    exchange = base / "exchange"
+    exchange.mkdir()
+    os.chmod(exchange, 0o777)  # nbgrader's exchange: root's, everyone writes (nbgrader keeps order inside)
+    state = base / "hub"
+    state.mkdir(mode=0o700)
+    accounts = Accounts(base)
+    hub = Hub(url="", instructor=instructor, students=list(students), passwords={}, course=Path(), exchange=exchange,
+              base=base, log=base / "jupyterhub.log", accounts=accounts, instructor_python=instructor_python,
+              student_python=student_python, check_service=serves_checks(instructor_python))
+    try:
+        accounts.add(instructor, *students)
+        for user in [instructor, *students]:
+            os.chmod(hub.home(user), 0o700)  # useradd gives 0755 under UMASK 022: no one reads another's work
+        hub.passwords = {user: _set_password(user) for user in [instructor, *students]}
+        hub.course = hub.home(instructor) / "course"
+        _instructor_course(hub)
+        _students_config(hub)
+        port, check_port = free_port(), free_port()
+        hub.url = f"http://127.0.0.1:{port}"
+        settings = {"port": port, "hub_port": free_port(), "proxy_api_port": free_port(), "state": str(state),
+                    "proxy": str(PROXY), "instructor": instructor, "students": list(students),
+                    "instructor_python": str(instructor_python), "student_python": str(student_python),
+                    "course": str(hub.course), "check_port": check_port, "spawner_args": list(spawner_args),
+                    "path": SYSTEM_PATH}
+        (state / "settings.json").write_text(json.dumps(settings, indent=1))
+        env = {"PATH": f"{JUPYTERHUB.parent}:{SYSTEM_PATH}", "LANG": "C.UTF-8", "HOME": str(state),
+               "COURSE_HUB_SETTINGS": str(state / "settings.json")}
+        with open(hub.log, "w") as log:
+            hub.process = subprocess.Popen([str(JUPYTERHUB), "-f", str(CONFIG)], cwd=state, env=env,
+                                           stdout=log, stderr=subprocess.STDOUT)
+        _wait_until_up(hub)
+        yield hub
+    finally:
+        _stop(hub)
+        if not keep_accounts:
+            accounts.remove()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make hub`: the course hub for a demo, until Ctrl-C."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep-accounts", action="store_true",
+                        help="leave the accounts and their homes when the hub stops")
+    args = parser.parse_args(argv)
+    try:
+        with start(instructor="afs_instructor", students=("afs_student1", "afs_student2"),
+                   keep_accounts=args.keep_accounts) as hub:
+            print(f"\nThe course hub is up: {hub.url}\n")
+            for user in [hub.instructor, *hub.students]:
+                role = "instructor (admin, formgrader)" if user == hub.instructor else "student"
+                print(f"  {user:<16} password {hub.passwords[user]:<20} {role}")
+            print(f"\nThe instructor's course directory: {hub.course}; the exchange: {hub.exchange}")
+            print("check-my-work service: " + ("on (course-check)" if hub.check_service else
+                                               "off (this course-grader has no serve-checks)"))
+            print("Ctrl-C stops the hub" + ("" if args.keep_accounts else " and removes the accounts") + ".",
+                  flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while hub.process.poll() is None:
+                    time.sleep(1)
+                print(f"JupyterHub stopped by itself:\n{hub.log_tail()}", file=sys.stderr)
+    except EnvironmentMissing as error:
+        print(f"make hub: {error}", file=sys.stderr)
+        return 2
+    print("stopped" + ("; accounts kept" if args.keep_accounts else "; accounts removed"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
