@@ -126,6 +126,10 @@ def _check(notebook: Path) -> int:
     except CannotCheck as error:
         print(f"course-grader check: {shown(error)}", file=sys.stderr)
         return 2
+    except OSError as error:  # the user's data folder, where the check's secret lives
+        print(f"course-grader check: cannot keep the check's secret ({shown(error)}): set JUPYTER_DATA_DIR "
+              "to a folder of your own", file=sys.stderr)
+        return 2
     print("\n".join(shown(line) for line in checked.text(notebook).splitlines()))  # diagnoses quote the learner's text
     return 0 if checked.graded else 1
 

@@ -43,7 +43,7 @@ def _assert_reveals_nothing(text: str) -> None:
 def test_every_student_notebook_ends_with_the_check_cell(assignment):
     for path in sorted((course.NOTEBOOKS / assignment).glob("*.ipynb")):
         cells = nbformat.read(path, as_version=4).cells
-        assert cells[-1].cell_type == "code" and cells[-1].source == check_cell_source(path.name), path.name
+        assert cells[-1].cell_type == "code" and cells[-1].source == check_cell_source(), path.name
         assert cells[-2].cell_type == "markdown" and "Ctrl-S" in cells[-2].source, path.name
 
 
