@@ -55,24 +55,36 @@ def _from_vscode(shell) -> Path | None:
 
 
 def _kernel_id() -> str | None:
+    """This kernel's id, as the Jupyter server named its connection file, or None."""
     try:
-        from ipykernel.connect import get_connection_file
-
-        name = Path(get_connection_file()).name
-    except (ImportError, RuntimeError, AttributeError):  # not in an ipykernel
+        from ipykernel.kernelapp import IPKernelApp
+    except ImportError:
         return None
-    found = re.fullmatch(r"kernel-(.+)\.json", name)
+    if not IPKernelApp.initialized():  # not an ipykernel (asking for the instance would make one)
+        return None
+    found = re.fullmatch(r"kernel-(.+)\.json", Path(IPKernelApp.instance().connection_file or "").name)
     return found.group(1) if found else None
 
 
 def _sessions(server: dict) -> list:
-    """A running Jupyter server's sessions, asked with its own token or, on a hub's
-    single-user server (which has none of its own), with the hub token the kernel inherits."""
-    token = server.get("token") or os.environ.get("JUPYTERHUB_API_TOKEN", "")
-    request = urllib.request.Request(server["url"].rstrip("/") + "/api/sessions",
-                                     headers={"Authorization": f"token {token}"} if token else {})
-    with urllib.request.urlopen(request, timeout=_SERVER_TIMEOUT) as response:
-        return json.load(response)
+    """A running Jupyter server's sessions, asked with its own token and, on a hub's
+    single-user server (whose own token may be empty or not accepted), with the hub
+    token the kernel inherits.
+
+    Raises:
+        OSError: no token given is accepted, or the server does not answer.
+        ValueError: the answer is not JSON.
+    """
+    tokens = [t for t in dict.fromkeys([server.get("token"), os.environ.get("JUPYTERHUB_API_TOKEN")]) if t]
+    for i, token in enumerate(tokens or [""]):
+        request = urllib.request.Request(server["url"].rstrip("/") + "/api/sessions",
+                                         headers={"Authorization": f"token {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=_SERVER_TIMEOUT) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code not in (401, 403) or i == len(tokens or [""]) - 1:
+                raise
 
 
 def _from_server() -> Path | None:

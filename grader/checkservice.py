@@ -40,6 +40,10 @@ from .stage import MAX_NOTEBOOK_BYTES
 log = logging.getLogger("course-check")
 # The notebook travels inside a JSON object with its name; what is more than that is refused unread.
 MAX_BODY_BYTES = MAX_NOTEBOOK_BYTES + 64 * 1024
+# A refused body is read and dropped up to this size; a larger one closes the connection.
+_DRAINED_BYTES = 2 * MAX_BODY_BYTES
+TOO_LARGE = (f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: clear large outputs (Edit > Clear "
+             "Outputs of All Cells), save, and check again")
 DEFAULT_SECONDS = 180  # kernel start-up, the notebook's 60 s budget and the feedback, with room
 _GRACE = 5  # seconds a stopped check gets to shut its kernel down before it is killed
 
@@ -72,8 +76,7 @@ def parse_request(body: bytes) -> tuple[str, bytes]:
             (400) the body is not JSON ``{"name": "<file>.ipynb", "notebook": {...}}``.
     """
     if len(body) > MAX_BODY_BYTES:
-        raise CheckError(413, f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: clear large "
-                              "outputs (Edit > Clear Outputs of All Cells), save, and check again")
+        raise CheckError(413, TOO_LARGE)
     try:
         request = json.loads(body)
     except (UnicodeDecodeError, ValueError):
@@ -83,8 +86,7 @@ def parse_request(body: bytes) -> tuple[str, bytes]:
     name = _name(request.get("name"))
     notebook = json.dumps(request["notebook"], ensure_ascii=False).encode("utf-8")
     if len(notebook) > MAX_NOTEBOOK_BYTES:
-        raise CheckError(413, f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2**20} MB: clear large "
-                              "outputs (Edit > Clear Outputs of All Cells), save, and check again")
+        raise CheckError(413, TOO_LARGE)
     return name, notebook
 
 
@@ -124,10 +126,12 @@ class Checks:
             path = Path(tmp) / name
             path.write_bytes(notebook)
             result = Path(tmp) / "result.json"
+            # the service's own hub token stays here: the check needs none
+            env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTERHUB_")}
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "grader.checkservice", "--grade", str(path), "--student", user,
                 "--result", str(result), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env)
             try:
                 _, err = await asyncio.wait_for(proc.communicate(), self.seconds)
             except asyncio.TimeoutError:
@@ -208,42 +212,47 @@ def make_app(checks: Checks, prefix: str, auth=None):
             self.finish({"error": str(error)})
 
         async def prepare(self):
-            # Who asks is settled before the body is read: a stranger cannot make the
-            # service hold 20 MB, and the name comes from the hub alone.
-            self.request.connection.set_max_body_size(MAX_BODY_BYTES + 1)
+            # Who asks is settled before the body arrives, and the name comes from the hub
+            # alone. A refused request's body is read and dropped, never kept: answering
+            # before the proxy has sent it all would make the proxy answer 503 instead.
+            self.request.connection.set_max_body_size(_DRAINED_BYTES)
+            self.refused = await self.refusal()
+
+        async def refusal(self) -> CheckError | None:
             token = auth.get_token(self, in_cookie=False)
             if not token:
-                return self.fail(CheckError(401, "no JupyterHub token was sent: run this cell in your hub "
-                                                 "server's notebook (JUPYTERHUB_API_TOKEN is not set)"))
+                return CheckError(401, "no JupyterHub token was sent: run this cell in your hub server's "
+                                       "notebook (JUPYTERHUB_API_TOKEN is not set)")
             try:
                 user = await auth.user_for_token(token, sync=False)
             except tornado.web.HTTPError as error:
                 log.error("the hub did not answer who owns a token: %s", error)
-                return self.fail(CheckError(503, "the hub cannot be asked who you are just now: try again "
-                                                 "in a minute"))
+                return CheckError(503, "the hub cannot be asked who you are just now: try again in a minute")
             if not user or not user.get("name"):
-                return self.fail(CheckError(401, "the hub does not know this token: restart your server "
-                                                 "(File > Hub Control Panel > Stop My Server, then Start)"))
+                return CheckError(401, "the hub does not know this token: restart your server (File > Hub "
+                                       "Control Panel > Stop My Server, then Start)")
             if user.get("kind", "user") != "user" or not auth.check_scopes(auth.access_scopes, user):
                 log.info("refused %s: the token lacks %s", shown(user.get("name")), sorted(auth.access_scopes))
-                return self.fail(CheckError(403, "your server's token may not use the check service: ask "
-                                                 "your instructor (the hub must grant access:services!"
-                                                 "service=course-check)"))
+                return CheckError(403, "your server's token may not use the check service: ask your "
+                                       "instructor (the hub must grant access:services!service=course-check)")
             length = self.request.headers.get("Content-Length")
             if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-                return self.fail(CheckError(413, f"the notebook is larger than {MAX_NOTEBOOK_BYTES // 2**20} "
-                                                 "MB: clear large outputs, save, and check again"))
+                return CheckError(413, TOO_LARGE)
             self.user = user["name"]
+            return None
 
         def data_received(self, chunk: bytes) -> None:
             self.size += len(chunk)
-            if self.size <= MAX_BODY_BYTES:
+            if self.refused is None and self.size <= MAX_BODY_BYTES:
                 self.chunks.append(chunk)
 
         async def post(self):
             try:
-                name, notebook = parse_request(b"".join(self.chunks) if self.size <= MAX_BODY_BYTES
-                                               else b" " * (MAX_BODY_BYTES + 1))
+                if self.refused is not None:
+                    raise self.refused
+                if self.size > MAX_BODY_BYTES:  # sent without a Content-Length
+                    raise CheckError(413, TOO_LARGE)
+                name, notebook = parse_request(b"".join(self.chunks))
                 self.chunks = []
                 checks.claim(self.user)
             except CheckError as error:
@@ -264,7 +273,8 @@ def serve(slots: int | None = None, seconds: float = DEFAULT_SECONDS) -> int:
     (``JUPYTERHUB_SERVICE_URL``, ``JUPYTERHUB_SERVICE_PREFIX``); returns the exit code.
 
     Raises:
-        SystemExit: (2) not started by a hub, or no bubblewrap on this machine.
+        SystemExit: with a one-line message: not started by a hub (no
+            ``JUPYTERHUB_SERVICE_URL`` or ``JUPYTERHUB_API_TOKEN``), or no bubblewrap here.
     """
     import tornado.httpserver
     import tornado.ioloop
@@ -282,7 +292,7 @@ def serve(slots: int | None = None, seconds: float = DEFAULT_SECONDS) -> int:
     where = urlparse(url)
     checks = Checks(slots or os.cpu_count() or 1, seconds)
     app = make_app(checks, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/course-check/"))
-    server = tornado.httpserver.HTTPServer(app, max_body_size=MAX_BODY_BYTES + 1)
+    server = tornado.httpserver.HTTPServer(app, max_body_size=_DRAINED_BYTES)
     server.listen(where.port or 80, where.hostname or "127.0.0.1")
     log.info("checking notebooks at %s (%d at once, %g s each)", url, checks.slots, checks.seconds)
     tornado.ioloop.IOLoop.current().start()

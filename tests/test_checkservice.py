@@ -165,7 +165,7 @@ def test_an_oversized_notebook_is_refused_unread(hub):
     token = hub.token("ann", SERVER_SCOPES)
     big = {"cells": [], "metadata": {"padding": "x" * MAX_BODY_BYTES}, "nbformat": 4, "nbformat_minor": 5}
     response = hub.check(token, _body(big))
-    assert response.status_code == 413 and "larger than 20 MB" in response.json()["error"]
+    assert response.status_code == 413 and "larger than 20 MB" in response.json()["error"], response.text
 
 
 def test_checks_at_once_one_per_student_a_hostile_one_stopped(hub):
