@@ -126,6 +126,9 @@ def test_a_notebook_renamed_in_the_server_checks_itself_under_its_new_name(tmp_p
         moved = requests.patch(f"{api}/sessions/{session['id']}", headers=headers, timeout=30,
                                json={"path": "01_similarity (my copy).ipynb"})
         assert moved.ok, moved.text
+        # a notebook with the same code under the old name: neither the kernel's start-up
+        # name (JPY_SESSION_NAME) nor its history tells the two apart, only the server
+        _notebook(root, "01_similarity.ipynb", "x = 'mine'")
         client = BlockingKernelClient(connection_file=str(tmp_path / "runtime" / f"kernel-{session['kernel']['id']}.json"))
         client.load_connection_file()
         client.start_channels()
