@@ -1,62 +1,227 @@
-"""Check my work from inside JupyterLab: the last cell of every student notebook.
+"""Check my work from inside Jupyter: the last cell of every student notebook.
 
-``check_my_work("01_similarity.ipynb")`` grades the notebook as last SAVED, with the
-hidden checks, by running ``course-grader check`` in a separate process (the grading
-pipeline starts its own sandboxed kernel; it does not run in this one). It prints
-per exercise pass or fail, points, the diagnosis and a hint, then the score and what
-to revisit. While nbgrader runs the notebook (autograding, the Validate button:
+``check_my_work()`` grades the notebook this kernel runs, as last SAVED, with the hidden
+checks, and prints per exercise pass or fail, points, the diagnosis and a hint, then the
+score and what to revisit. The grading never runs in this kernel:
+
+- on a hub that runs the course's check service (``COURSE_CHECK_URL`` is set), the saved
+  notebook is sent there with this server's JupyterHub token; the service, which runs
+  as the instructor's account, grades it (``grader.checkservice``);
+- in a full install of the course (the ``grader`` package is importable), by
+  ``course-grader check`` in a separate process;
+- otherwise it says, in one line, that this install has no checker.
+
+Which notebook: the path given; else the one VS Code names (``__vsc_ipynb_file__``); else
+the one the Jupyter server's session of this very kernel names (JupyterLab, Notebook 7,
+a hub's single-user server: the current path, so a renamed notebook or a "Save As" copy
+checks itself); else ``JPY_SESSION_NAME``; else (nbconvert, papermill: no server) the
+one notebook in the working folder whose code holds everything this kernel ran. When
+none tells, one line asks for the path.
+
+While nbgrader runs the notebook (autograding, the Validate button:
 ``NBGRADER_EXECUTION`` is set) it prints one line and does nothing else.
 """
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
-COURSE_ROOT = Path(__file__).resolve().parents[1]
+ASK = ('check my work: cannot tell which notebook this is: save it (Ctrl-S) and run '
+       'check_my_work("path/to/your.ipynb")')
+NO_CHECKER = ("check my work: this install has no checker: ask your instructor, or install the full course "
+              "(its grader) to check your work on your own machine")
+_SERVER_TIMEOUT = 3  # seconds per Jupyter server asked about its sessions: a dead one must not hang the cell
+_CHECK_TIMEOUT = 600
 
 
-def _notebook(name: str | None) -> Path | None:
-    """The notebook to check: the one this kernel was started for (JupyterLab tells the
-    kernel its path in ``JPY_SESSION_NAME``), else ``name`` in the working folder."""
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    if session.endswith(".ipynb") and Path(session).is_file():
-        return Path(session)
-    if name and Path(name).is_file():
-        return Path(name).resolve()
+def _shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _from_vscode(shell) -> Path | None:
+    named = shell.user_ns.get("__vsc_ipynb_file__") if shell is not None else None
+    return Path(named) if isinstance(named, str) and Path(named).is_file() else None
+
+
+def _kernel_id() -> str | None:
+    """This kernel's id, as the Jupyter server named its connection file, or None."""
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+    except ImportError:
+        return None
+    if not IPKernelApp.initialized():  # not an ipykernel (asking for the instance would make one)
+        return None
+    found = re.fullmatch(r"kernel-(.+)\.json", Path(IPKernelApp.instance().connection_file or "").name)
+    return found.group(1) if found else None
+
+
+def _sessions(server: dict) -> list:
+    """A running Jupyter server's sessions, asked with its own token and, on a hub's
+    single-user server (whose own token may be empty or not accepted), with the hub
+    token the kernel inherits.
+
+    Raises:
+        OSError: no token given is accepted, or the server does not answer.
+        ValueError: the answer is not JSON.
+    """
+    tokens = [t for t in dict.fromkeys([server.get("token"), os.environ.get("JUPYTERHUB_API_TOKEN")]) if t]
+    for i, token in enumerate(tokens or [""]):
+        request = urllib.request.Request(server["url"].rstrip("/") + "/api/sessions",
+                                         headers={"Authorization": f"token {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=_SERVER_TIMEOUT) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code not in (401, 403) or i == len(tokens or [""]) - 1:
+                raise
+
+
+def _from_server() -> Path | None:
+    kernel = _kernel_id()
+    if kernel is None:
+        return None
+    try:
+        from jupyter_server.serverapp import list_running_servers
+
+        servers = list(list_running_servers())
+    except Exception:  # no jupyter_server, or a runtime folder it cannot read: no server tells
+        return None
+    for server in servers:
+        try:
+            sessions = _sessions(server)
+        except (OSError, ValueError, KeyError):  # a server gone, or one that refuses us
+            continue
+        for session in sessions if isinstance(sessions, list) else []:
+            if isinstance(session, dict) and (session.get("kernel") or {}).get("id") == kernel:
+                path = Path(server.get("root_dir") or server.get("notebook_dir") or ".") / str(session.get("path", ""))
+                if path.suffix == ".ipynb" and path.is_file():
+                    return path
     return None
 
 
-def check_my_work(notebook: str | None = None) -> int | None:
-    """Grade the saved notebook with the hidden checks and print the tutor's comments.
+def _from_session_name() -> Path | None:
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return Path(session) if session.endswith(".ipynb") and Path(session).is_file() else None
 
-    Args:
-        notebook: the notebook's file name, used when the kernel does not know its
-            notebook (outside JupyterLab); the kernel's own notebook comes first.
 
-    Returns:
-        The checker's exit code (0: graded), or None when nothing was checked.
-        Never raises: every problem is one printed line saying what to do.
-    """
-    if os.environ.get("NBGRADER_EXECUTION"):
-        print("check my work: skipped while this notebook is graded or validated")
+def _from_history(shell) -> Path | None:
+    """The one notebook in the working folder whose code cells hold every cell this
+    kernel ran (nbconvert, nbclient and papermill run the cells' sources as they are)."""
+    if shell is None:
         return None
-    path = _notebook(notebook)
-    if path is None:
-        print(f"check my work: cannot find the notebook {notebook or ''} here: save it (Ctrl-S) and run "
-              "`make check NOTEBOOK=path/to/it.ipynb` in the course folder")
+    ran = {source.strip() for source in shell.history_manager.input_hist_raw if source.strip()}
+    if not ran:
         return None
-    print(f"Checking the saved {path.name} (about 15 s; unsaved changes are not seen)...", flush=True)
+    found = []
+    for path in sorted(Path.cwd().glob("*.ipynb")):
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+            code = {"".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+                    for c in cells if c.get("cell_type") == "code"}
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError):
+            continue  # not a notebook we can read: not this one
+        if ran <= {source.strip() for source in code}:
+            found.append(path)
+    return found[0] if len(found) == 1 else None
+
+
+def find_notebook(notebook: str | os.PathLike | None = None) -> Path | None:
+    """The notebook this kernel runs (see the module's docstring for the order), or None
+    when nothing tells. Never raises."""
+    if notebook is not None:
+        return Path(notebook)
+    shell = _shell()
+    for found in (lambda: _from_vscode(shell), _from_server, _from_session_name, lambda: _from_history(shell)):
+        path = found()
+        if path is not None:
+            return path.resolve()
+    return None
+
+
+def _check_on_service(url: str, path: Path) -> None:
     try:
-        done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(path)], cwd=COURSE_ROOT,
-                              capture_output=True, text=True, timeout=600)
+        body = json.dumps({"name": path.name, "notebook": json.loads(path.read_text(encoding="utf-8"))})
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        print(f"check my work: cannot read {path.name} as a notebook ({error}): save it again (Ctrl-S)")
+        return
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    request = urllib.request.Request(url.rstrip("/") + "/check", data=body.encode("utf-8"), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=_CHECK_TIMEOUT) as response:
+            answer = json.load(response)
+    except urllib.error.HTTPError as error:
+        try:
+            line = json.load(error).get("error") or f"HTTP {error.code}"
+        except (ValueError, AttributeError, OSError):
+            line = f"the check service answered HTTP {error.code}: ask your instructor"
+        print(f"check my work: {line}")
+        return
+    except (OSError, ValueError) as error:
+        print(f"check my work: the check service did not answer ({error}): try again in a minute, or ask "
+              "your instructor")
+        return
+    print(answer.get("text", answer) if isinstance(answer, dict) else answer)
+
+
+def _check_here(path: Path) -> None:
+    spec = importlib.util.find_spec("grader")
+    # the course's grader package, wherever it is installed: `-m` finds it from its parent folder
+    where = Path(spec.submodule_search_locations[0]).parent if spec and spec.submodule_search_locations else None
+    try:
+        done = subprocess.run([sys.executable, "-m", "grader.cli", "check", str(path)], cwd=where,
+                              capture_output=True, text=True, timeout=_CHECK_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as error:
         print(f"check my work: the checker did not run ({error}); try `make check NOTEBOOK={path}`")
-        return None
+        return
     if done.stdout:
         print(done.stdout, end="")
     if done.returncode == 2 or not done.stdout:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         print(lines[-1] if lines else f"check my work: the checker stopped (exit code {done.returncode})")
-    return done.returncode
+
+
+def check_my_work(notebook: str | os.PathLike | None = None) -> None:
+    """Grade the saved notebook with the hidden checks and print the tutor's comments.
+
+    Args:
+        notebook: the notebook's path, for when this kernel cannot tell which notebook
+            it runs (it then says so and asks for it); given, it wins.
+
+    Returns:
+        None, so that Jupyter shows nothing after the printed comments. Never raises:
+        every problem is one printed line saying what to do.
+    """
+    if os.environ.get("NBGRADER_EXECUTION"):
+        print("check my work: skipped while this notebook is graded or validated")
+        return None
+    path = find_notebook(notebook)
+    if path is None:
+        print(ASK)
+        return None
+    if path.suffix != ".ipynb" or not path.is_file():
+        print(f"check my work: there is no notebook at {path}: save it (Ctrl-S) and pass its path, e.g. "
+              'check_my_work("path/to/your.ipynb")')
+        return None
+    url = os.environ.get("COURSE_CHECK_URL", "")
+    if not url and importlib.util.find_spec("grader") is None:
+        print(NO_CHECKER)
+        return None
+    print(f"Checking the saved {path.name} (about 15 s; unsaved changes are not seen)...", flush=True)
+    if url:
+        _check_on_service(url, path)
+    else:
+        _check_here(path)
+    return None

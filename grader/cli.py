@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
                             "without it, folder names must be ids of letters, digits and . _ - @")
     check = sub.add_parser("check", help="check my work: grade one saved notebook with the hidden checks")
     check.add_argument("notebook", type=Path, help="the .ipynb file, e.g. notebooks/01_similarity/01_similarity.ipynb")
+    serve = sub.add_parser("serve-checks", help="check my work on a hub: the course-check JupyterHub service "
+                                                "(run by the hub, as the instructor's account; grader/README.md)")
+    serve.add_argument("--slots", type=int, metavar="N", help="checks run at once (default: the number of cores)")
+    serve.add_argument("--seconds", type=float, metavar="S", default=None,
+                       help="a check that takes longer is stopped, with one line to the student (default: 180)")
     report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
     report.add_argument("--course", type=Path, metavar="DIR",
                         help="the course directory (default: the one nbgrader_config.py names); writes DIR/report/")
@@ -57,6 +62,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "check":
         return _check(args.notebook)
+    if args.command == "serve-checks":
+        from .checkservice import DEFAULT_SECONDS, serve
+
+        if (args.slots is not None and args.slots < 1) or (args.seconds is not None and args.seconds <= 0):
+            print("course-grader serve-checks: --slots and --seconds must be positive", file=sys.stderr)
+            return 2
+        return serve(args.slots, args.seconds or DEFAULT_SECONDS)
     if args.command == "report":
         return _report(args.course, args.roster)
     if args.command == "release":
@@ -125,6 +137,10 @@ def _check(notebook: Path) -> int:
         checked = check_notebook(notebook)
     except CannotCheck as error:
         print(f"course-grader check: {shown(error)}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the user's data folder, where the check's secret lives
+        print(f"course-grader check: cannot keep the check's secret ({shown(error)}): set JUPYTER_DATA_DIR "
+              "to a folder of your own", file=sys.stderr)
         return 2
     print("\n".join(shown(line) for line in checked.text(notebook).splitlines()))  # diagnoses quote the learner's text
     return 0 if checked.graded else 1

@@ -74,14 +74,15 @@ def generate(release_dir: Path, db_url: str, assignment_ids: list[str] | None = 
 
 CHECK_MARKDOWN = ("## Check my work\n\n"
                   "Save the notebook (**Ctrl-S**), then run the cell below. It grades the saved notebook "
-                  "with the hidden checks, on your machine, and prints for each exercise whether it "
+                  "with the hidden checks (on your machine, or on the course's check service on a hub) and prints for each exercise whether it "
                   "passed, what went wrong and a hint, then your score and what to revisit. "
                   "(The same from a terminal: `make check NOTEBOOK=path/to/this.ipynb`.)")
 
 
-def check_cell_source(notebook: str) -> str:
-    """The code of the check-my-work cell that ends every student notebook."""
-    return f"from coursekit.check import check_my_work\ncheck_my_work({notebook!r})"
+def check_cell_source() -> str:
+    """The code of the check-my-work cell that ends every student notebook. It names no
+    notebook: the cell finds the one it runs in, so a renamed copy checks itself."""
+    return "from coursekit.check import check_my_work\ncheck_my_work()"
 
 
 class AddCheckCells(NbGraderPreprocessor):
@@ -94,9 +95,8 @@ class AddCheckCells(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
-        notebook = f"{resources['nbgrader']['notebook']}.ipynb"
         nb.cells += [nbformat.v4.new_markdown_cell(CHECK_MARKDOWN, id="check-my-work-markdown"),
-                     nbformat.v4.new_code_cell(check_cell_source(notebook), id="check-my-work-code")]
+                     nbformat.v4.new_code_cell(check_cell_source(), id="check-my-work-code")]
         return nb, resources
 
 

@@ -3,28 +3,65 @@
 ``course-grader check PATH.ipynb`` (``make check NOTEBOOK=PATH``, and the last cell of
 every student notebook through ``coursekit.check``) runs the one grading pipeline,
 ``grader.unit.grade_submission``, on that single notebook: the same sandboxed kernel,
-the same questions and verdicts. The questions are drawn from a secret made for this
-clone on first use (``.check_secret`` in the course folder, mode 0600), not from an
-instructor's course secret, so a self-check never reveals anything about a graded
-run. What is printed is the tutor's text (``grader.tutor``): per exercise pass or
+the same questions and verdicts. The questions are drawn from a secret of the user
+who runs the check, made on first use in their own Jupyter data folder
+(``jupyter_data_dir()/attention-from-scratch/check_secret``, which ``JUPYTER_DATA_DIR``
+moves; folder 0700, file 0600), not from an instructor's course secret, so a self-check
+never reveals anything about a graded run. Nothing is written into the install or the
+course folder (it may be read-only and shared by a whole class): the grading itself
+runs in a temporary folder. What is printed is the tutor's text (``grader.tutor``): per exercise pass or
 fail, the points, the diagnosis and a hint, then the score and what to revisit;
 never hidden inputs or hidden test code.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_core.paths import jupyter_data_dir
+
 from . import course, sandbox, tutor
 from .unit import Settings, course_version, grade_submission
-from .verify import CourseSecret
 
-SECRET_FILE = course.ROOT / ".check_secret"
+DATA_FOLDER = "attention-from-scratch"
 STUDENT = "self"
+
+
+def secret_file() -> Path:
+    """Where this user's self-check secret lives (it need not exist yet)."""
+    return Path(jupyter_data_dir()) / DATA_FOLDER / "check_secret"
+
+
+def user_secret() -> bytes:
+    """This user's self-check secret, made on first use (folder 0700, file 0600).
+
+    Two checks starting at once (the check service) both get the same secret: the file
+    appears complete or not at all, because it is written aside and then hard-linked
+    into place, which fails if another process got there first.
+
+    Raises:
+        OSError: the user's data folder cannot be made or read.
+    """
+    path = secret_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)  # mkdir's mode is masked by the umask, and an older folder may be open
+    if not path.is_file():
+        fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".check_secret-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(aside)
+    return path.read_bytes().strip()
 
 
 class CannotCheck(ValueError):
@@ -76,11 +113,17 @@ def assignment_of(path: Path) -> str:
                       "pass a notebook from notebooks/<assignment>/")
 
 
-def check_notebook(path: Path) -> Checked:
+def check_notebook(path: Path, student: str = STUDENT) -> Checked:
     """Grade ``path`` as the hidden checks would; nothing is written beside it.
+
+    Args:
+        path: the saved notebook.
+        student: whose questions are drawn (with this user's secret): "self" for a
+            learner's own check, the hub user's name in the check service.
 
     Raises:
         CannotCheck: ``path`` is missing, not a .ipynb file, or not of this course.
+        OSError: the user's data folder, where the secret lives, cannot be written.
     """
     path = Path(path)
     if path.suffix != ".ipynb" or not path.is_file():
@@ -89,7 +132,7 @@ def check_notebook(path: Path) -> Checked:
     # The learner grades their own code on their own machine: without bubblewrap the
     # kernel still gets its rlimits, and the instructor's warning would only alarm.
     sandbox._warned = True
-    secret = CourseSecret(secret_file=str(SECRET_FILE)).secret()
+    secret = user_secret()
     with tempfile.TemporaryDirectory(prefix="check-") as tmp:
         folder = Path(tmp) / assignment_id
         folder.mkdir()
@@ -97,7 +140,7 @@ def check_notebook(path: Path) -> Checked:
         shutil.copyfile(path, folder / (f"{names[0]}.ipynb" if len(names) == 1 else path.name))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = grade_submission(folder, STUDENT, assignment_id, Settings(secret, course_version=course_version()))
+            result = grade_submission(folder, student, assignment_id, Settings(secret, course_version=course_version()))
     found = tutor.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
     return Checked(assignment_id, result["status"], sum(result["points"].values()),
                    sum(result["max_points"].values()), found)

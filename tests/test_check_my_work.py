@@ -1,16 +1,25 @@
 """Check my work: `course-grader check PATH.ipynb` and the last cell of every student notebook.
 
-Two notebooks are really graded here (about 25 s): a right one through the notebook
-cell (which runs the command), and one with known mistakes in process.
+Three notebooks are really graded here (about 25 s each): a right one through the
+notebook cell (which runs the command), the same as a real student account with its
+own HOME and an install it cannot write, and one with known mistakes in process. How
+the cell finds its notebook in real kernels is tests/test_find_notebook.py's; the hub's
+check service is tests/test_checkservice.py's.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import stat
+import subprocess
+import sys
 
 import nbformat
 import pytest
 
+from coursekit import check as client
 from coursekit.check import check_my_work
 from grader import course
 from grader.cli import main
@@ -43,7 +52,7 @@ def _assert_reveals_nothing(text: str) -> None:
 def test_every_student_notebook_ends_with_the_check_cell(assignment):
     for path in sorted((course.NOTEBOOKS / assignment).glob("*.ipynb")):
         cells = nbformat.read(path, as_version=4).cells
-        assert cells[-1].cell_type == "code" and cells[-1].source == check_cell_source(path.name), path.name
+        assert cells[-1].cell_type == "code" and cells[-1].source == check_cell_source(), path.name
         assert cells[-2].cell_type == "markdown" and "Ctrl-S" in cells[-2].source, path.name
 
 
@@ -54,12 +63,21 @@ def test_the_cell_is_one_line_while_nbgrader_runs_the_notebook(monkeypatch, caps
         "check my work: skipped while this notebook is graded or validated"]
 
 
-def test_the_cell_prints_full_marks_for_a_right_notebook(monkeypatch, capsys):
-    """The notebook cell, run as JupyterLab would (the kernel knows its notebook's path)."""
+@pytest.fixture
+def learner(monkeypatch, tmp_path):
+    """A learner's own machine: a data folder of their own, no hub's check service."""
+    for name in ("NBGRADER_EXECUTION", "COURSE_CHECK_URL", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def test_the_cell_prints_full_marks_for_a_right_notebook(monkeypatch, capsys, learner):
+    """The notebook cell, run as a kernel started with its notebook's path would; it
+    returns None, so Jupyter displays nothing after the comments."""
     solution = course.SOLUTIONS / FIRST / f"{FIRST}.ipynb"
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     monkeypatch.setenv("JPY_SESSION_NAME", str(solution))
-    assert check_my_work("elsewhere.ipynb") == 0
+    assert check_my_work() is None
     out = capsys.readouterr().out
     top = sum(expected_grades()[("ada", FIRST)]["exercises"].values())
     assert f"Score: {top:g}/{top:g}" in out, out
@@ -68,7 +86,59 @@ def test_the_cell_prints_full_marks_for_a_right_notebook(monkeypatch, capsys):
     _assert_reveals_nothing(out)
 
 
-def test_a_known_mistake_prints_its_diagnosis_hint_and_what_to_revisit(tmp_path, capsys):
+def test_the_secret_is_the_user_s_own_in_their_data_folder(learner, capsys):
+    secret = learner / "attention-from-scratch" / "check_secret"
+    assert not secret.exists()
+    from grader.selfcheck import secret_file, user_secret
+
+    assert secret_file() == secret
+    first = user_secret()
+    assert user_secret() == first and len(first) == 64
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
+    assert not (course.ROOT / ".check_secret").exists()
+
+
+def test_without_a_checker_the_cell_says_so_in_one_line(learner, monkeypatch, capsys):
+    """The student wheel has no grader package and, off a hub, no check service."""
+    real = client.importlib.util.find_spec
+    monkeypatch.setattr(client.importlib.util, "find_spec", lambda name: None if name == "grader" else real(name))
+    assert check_my_work(course.NOTEBOOKS / FIRST / f"{FIRST}.ipynb") is None
+    assert capsys.readouterr().out.splitlines() == [client.NO_CHECKER]
+
+
+def test_a_student_account_checks_with_an_install_it_cannot_write(accounts):
+    """A real account with its own HOME runs the cell's function on a renamed copy: the
+    install (this checkout, root's) is not writable to it; the secret is made in its own
+    data folder, and the account leaves nothing of its own anywhere another account may
+    write (the temporary folders) nor in the install."""
+    user = "afs_chk1"
+    accounts.add(user)
+    home = accounts.home(user)
+    mine = home / "my copy.ipynb"
+    shutil.copyfile(course.SOLUTIONS / FIRST / f"{FIRST}.ipynb", mine)
+    shutil.chown(mine, user, user)
+    assert not stat.S_IMODE(os.stat(course.ROOT).st_mode) & 0o022, "the install must not be writable by others"
+    script = f"from coursekit.check import check_my_work; print(repr(check_my_work({str(mine)!r})))"
+    done = accounts.run(user, "env", f"PYTHONPATH={course.ROOT}", sys.executable, "-c", script, python=True)
+    lines = done.stdout.splitlines()
+    top = sum(expected_grades()[("ada", FIRST)]["exercises"].values())
+    assert f"Score: {top:g}/{top:g}" in done.stdout and lines[-1] == "None", done.stdout + done.stderr
+    assert "PermissionError" not in done.stdout + done.stderr
+    secret = home / ".local" / "share" / "jupyter" / "attention-from-scratch" / "check_secret"
+    assert secret.stat().st_uid == pwd_uid(user) and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
+    left = subprocess.run(["find", "/tmp", "/var/tmp", "/dev/shm", str(course.ROOT), "-xdev", "-path", str(home),
+                           "-prune", "-o", "-user", user, "-print"], capture_output=True, text=True).stdout.split()
+    assert left == [], left
+
+
+def pwd_uid(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_uid
+
+
+def test_a_known_mistake_prints_its_diagnosis_hint_and_what_to_revisit(tmp_path, capsys, learner):
     """chloe's notebook 01 (a renamed copy): cosine over squared lengths, keys @ queries^T,
     softmax over the query axis."""
     mine = tmp_path / "my copy.ipynb"
@@ -85,7 +155,7 @@ def test_a_known_mistake_prints_its_diagnosis_hint_and_what_to_revisit(tmp_path,
     _assert_reveals_nothing(out)
 
 
-def test_a_broken_notebook_file_is_one_line(tmp_path, capsys):
+def test_a_broken_notebook_file_is_one_line(tmp_path, capsys, learner):
     broken = tmp_path / f"{FIRST}.ipynb"
     broken.write_text(json.dumps({"cells": []})[:9], encoding="utf-8")  # truncated, as a crash leaves it
     assert main(["check", str(broken)]) == 1
