@@ -69,10 +69,11 @@ wheel: $(STAMP)
 	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w dist coursekit/
 	rm -rf coursekit/build coursekit/*.egg-info
 
-# The clean venv of tests/test_student_package.py, with the wheel and its pinned
-# dependencies installed (cached in out/student-env-<hash>/; the first build installs torch).
+# The clean venv of tests/test_student_package.py and of the course hub's students
+# (tests/test_hub.py), with the wheel, its hub extra and their pinned dependencies
+# installed (cached in out/student-env-<hash>/; the first build installs torch).
 student-env: $(STAMP)
-	$(BIN)/python -m tests.student_env
+	$(BIN)/python -m tests.student_env --extras hub
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)

@@ -8,7 +8,6 @@ the check-my-work service ``course-check`` run by the hub as the instructor.
 """
 import json
 import os
-import subprocess
 from pathlib import Path
 
 c = get_config()  # noqa: F821 - provided by JupyterHub's config loader
@@ -53,19 +52,20 @@ def choose_environment(spawner):
 
 c.Spawner.pre_spawn_hook = choose_environment
 
-# The check-my-work service: on only when the instructor's course-grader has serve-checks.
+# Check my work (grader/checkservice.py): a service the hub runs as the instructor, who alone
+# can read the references; students' kernels call it with their server's token
+# (JUPYTERHUB_API_TOKEN), which must hold access:services!service=course-check: asked for in
+# server_token_scopes and held through the user role (replacing the role drops "self" unless
+# it is listed again).
 course_grader = envs[instructor] / "course-grader"
-if subprocess.run([str(course_grader), "serve-checks", "--help"], capture_output=True,
-                  env={"PATH": settings["path"], "HOME": "/nonexistent"}).returncode == 0:
-    c.JupyterHub.services = [{
-        "name": "course-check",
-        "user": instructor,  # the hub runs it as the instructor, who owns the course secret
-        "url": f"http://127.0.0.1:{settings['check_port']}",
-        "command": [str(course_grader), "serve-checks", "--course", settings["course"]],
-        "environment": {"PATH": f"{envs[instructor]}:{settings['path']}"},
-    }]
-    # Students' kernels call it with their server's token (JUPYTERHUB_API_TOKEN), at this URL.
-    c.Spawner.environment = {"COURSE_CHECK_URL": f"http://127.0.0.1:{settings['port']}/services/course-check/"}
-    c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
-                                     "access:services!service=course-check"]
-    c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "access:services!service=course-check"]}]
+c.JupyterHub.services = [{
+    "name": "course-check",
+    "user": instructor,
+    "url": f"http://127.0.0.1:{settings['check_port']}",
+    "command": [str(course_grader), "serve-checks"],
+    "environment": {"PATH": f"{envs[instructor]}:{settings['path']}"},
+}]
+c.Spawner.environment = {"COURSE_CHECK_URL": f"http://127.0.0.1:{settings['port']}/services/course-check/"}
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server",
+                                 "access:services!service=course-check"]
+c.JupyterHub.load_roles = [{"name": "user", "scopes": ["self", "access:services!service=course-check"]}]

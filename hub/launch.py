@@ -200,13 +200,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serves_checks(instructor_python: Path) -> bool:
-    """Whether the instructor's ``course-grader`` has ``serve-checks`` (the check-my-work service)."""
-    done = subprocess.run([str(instructor_python.parent / "course-grader"), "serve-checks", "--help"],
-                          capture_output=True, env={"PATH": SYSTEM_PATH, "HOME": "/nonexistent"})
-    return done.returncode == 0
-
-
 @dataclass
 class Hub:
     """A running course hub."""
@@ -221,7 +214,6 @@ class Hub:
     accounts: object  # tests.accounts.Accounts
     instructor_python: Path
     student_python: Path
-    check_service: bool
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     def user_url(self, user: str) -> str:
@@ -366,7 +358,7 @@ def start(instructor: str = "afs_hub_instructor", students: tuple[str, ...] = ("
     accounts = Accounts(base)
     hub = Hub(url="", instructor=instructor, students=list(students), passwords={}, course=Path(), exchange=exchange,
               base=base, log=base / "jupyterhub.log", accounts=accounts, instructor_python=instructor_python,
-              student_python=student_python, check_service=serves_checks(instructor_python))
+              student_python=student_python)
     try:
         accounts.add(instructor, *students)
         for user in [instructor, *students]:
@@ -411,8 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                 role = "instructor (admin, formgrader)" if user == hub.instructor else "student"
                 print(f"  {user:<16} password {hub.passwords[user]:<20} {role}")
             print(f"\nThe instructor's course directory: {hub.course}; the exchange: {hub.exchange}")
-            print("check-my-work service: " + ("on (course-check)" if hub.check_service else
-                                               "off (this course-grader has no serve-checks)"))
+            print("check my work: the hub's service course-check, as the instructor")
             print("Ctrl-C stops the hub" + ("" if args.keep_accounts else " and removes the accounts") + ".",
                   flush=True)
             with contextlib.suppress(KeyboardInterrupt):

@@ -51,14 +51,6 @@ CHECK_SECONDS = 240
 GRADE_TIMEOUT = 600
 
 
-def _check_service(hub) -> bool:
-    """TOLERANT, ON PURPOSE, IN THIS ONE PLACE: the check-my-work service (``course-grader
-    serve-checks``, grader/checkservice.py) is another branch's. Until it is merged the hub
-    runs without it and the check cell cannot grade; the test then only asserts that the
-    cell ran in the student's browser. At merge: ``return True``."""
-    return hub.check_service
-
-
 def _login(context, hub, user: str):
     """A page of ``user``'s JupyterLab, reached through the hub's login form."""
     page = context.new_page()
@@ -269,8 +261,6 @@ def test_students_check_their_work_in_the_browser(term):
     for user in PERSONAS:
         out = term[f"check {user}"]
         assert out.strip(), f"the check cell of {user} printed nothing"
-        if not _check_service(term["hub"]):
-            continue
         expected = EXPECTED[user]
         assert f"Score: {expected['score']:g}/10" in out, out
         for exercise, points in expected["exercises"].items():

@@ -51,7 +51,9 @@ def wheel_text(wheel) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def venv_python() -> Path:
-    return student_env()
+    # the env students' servers run on the course hub (tests/test_hub.py): the wheel with its
+    # hub extra; one build serves both tests
+    return student_env("hub")
 
 
 def _cells(folder: Path):
