@@ -131,7 +131,8 @@ class Checks:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "grader.checkservice", "--grade", str(path), "--student", user,
                 "--result", str(result), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env)
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env,
+                cwd=tmp)  # nbgrader returns to its starting folder: one this account may enter
             try:
                 _, err = await asyncio.wait_for(proc.communicate(), self.seconds)
             except asyncio.TimeoutError:
@@ -145,8 +146,10 @@ class Checks:
                 answer = json.loads(result.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+                # the error's last lines: a traceback's end, not nbgrader's last log line
+                errors = [line for line in lines if not line.startswith("[")] or lines
                 log.error("check of %s by %s failed (exit %s): %s", shown(name), shown(user), proc.returncode,
-                          shown(lines[-1] if lines else "no output"))
+                          " | ".join(shown(line) for line in errors[-6:]) if errors else "no output")
                 raise CheckError(503, "the checker failed: tell your instructor (the check service's log "
                                       "says why)")
         log.info("checked %s for %s in %.1f s: %s", shown(name), shown(user), time.monotonic() - started,

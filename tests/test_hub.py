@@ -180,6 +180,7 @@ def _run(t: Term, hub, contexts, pages) -> None:
             last.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=CHECK_SECONDS * 1000)
             last.scroll_into_view_if_needed()
             t[f"check {user}"] = last.locator(".jp-OutputArea").inner_text()
+            t[f"check log {user}"] = hub.log_tail(60)  # the service logs why a check failed
             page.screenshot(path=str(SHOTS / ("hub-check-my-work.png" if persona == "ada" else
                                               f"hub-check-my-work-{persona}.png")))
             t[f"import grader {user}"] = _kernel_says(page, "try:\n import grader\n print('imported')\n"
@@ -262,7 +263,7 @@ def test_students_check_their_work_in_the_browser(term):
         out = term[f"check {user}"]
         assert out.strip(), f"the check cell of {user} printed nothing"
         expected = EXPECTED[user]
-        assert f"Score: {expected['score']:g}/10" in out, out
+        assert f"Score: {expected['score']:g}/10" in out, out + "\n--- hub log ---\n" + term[f"check log {user}"]
         for exercise, points in expected["exercises"].items():
             assert re.search(rf"(PASS|FAIL)\s+{re.escape(exercise)}\s+{points:g}/", out), (exercise, out)
 
