@@ -66,3 +66,43 @@ def postgres_server(database: str = "course"):
             pg("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def peer_server():
+    """A server reached only through its Unix socket, with peer authentication (the
+    account's own name is its role, no password anywhere), as docs/deploying.md sets up a
+    hub's gradebook. Yields ``(socket_folder, psql)``: ``psql(sql)`` runs SQL as the
+    superuser ``postgres``. The database ``attention_mapped`` takes the roles that
+    ``pg_ident.conf``'s map ``course`` gives an account; every other database the role
+    named after the account.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeError("the peer-authentication server runs as the postgres user: run as root")
+    bin_dir = postgres_bin()
+    folder = Path(tempfile.mkdtemp(prefix="grader-postgres-peer-"))
+    os.chmod(folder, 0o755)  # the accounts reach the socket in it
+    shutil.chown(folder, "postgres", "postgres")
+    data = folder / "data"
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(["runuser", "-u", "postgres", "--", *argv], cwd=folder, text=True,
+                              capture_output=True)
+        if done.returncode:
+            raise RuntimeError(f"PostgreSQL's {Path(argv[0]).name} failed: {done.stderr.strip()}")
+        return done.stdout
+
+    try:
+        run(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=peer", "--encoding=UTF8",
+            "--no-sync")
+        hba = data / "pg_hba.conf"
+        hba.write_text("local attention_mapped all peer map=course\nlocal all all peer\n")
+        run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"), "-w", "-t", "60",
+            "start", "-o", f"-c listen_addresses='' -k {folder} -c fsync=off")
+        try:
+            yield folder, lambda sql: run(str(bin_dir / "psql"), "-h", str(folder), "-X", "-q", "-t",
+                                          "-v", "ON_ERROR_STOP=1", "-c", sql, "postgres")
+        finally:
+            run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
