@@ -196,3 +196,18 @@ def test_nothing_tells_which_notebook_one_line(monkeypatch, capsys, tmp_path):
     assert check_my_work() is None
     assert capsys.readouterr().out.splitlines() == [ASK]
     assert ASK.endswith('check_my_work("path/to/your.ipynb")')
+
+
+def test_vs_code_s_notebook_variable_names_the_notebook(tmp_path, service):
+    """VS Code's Jupyter extension sets ``__vsc_ipynb_file__`` in the kernel to the open
+    notebook's path. Two notebooks with the same code cannot be told apart by the kernel's
+    history (the test above), so only the variable can pick the copy."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    mine = folder / "mine.ipynb"
+    set_by_vs_code = f"__vsc_ipynb_file__ = {str(mine)!r}"
+    _notebook(folder, "01_similarity.ipynb", set_by_vs_code)
+    _notebook(folder, mine.name, set_by_vs_code)
+    printed = _run(mine, _kernel_env(tmp_path, service))
+    assert printed.splitlines()[-1] == "FAKE CHECKED mine.ipynb", printed
+    assert [r["name"] for r in service.received] == ["mine.ipynb"]
