@@ -71,9 +71,9 @@ wheel: $(STAMP)
 
 # The clean venv of tests/test_student_package.py and of the course hub's students
 # (tests/test_hub.py), with the wheel, its hub extra and their pinned dependencies
-# installed (cached in out/student-env-<hash>/; the first build installs torch).
+# installed (cached in out/envs/student-<hash>/; the first build installs torch).
 student-env: $(STAMP)
-	$(BIN)/python -m tests.student_env --extras hub
+	$(BIN)/python -m hub.environments --extras hub
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)

@@ -2,9 +2,9 @@
 
 ``start()`` brings up, on loopback only:
 
-* two environments, built once and cached under ``out/envs/`` (keyed by a hash of their
-  inputs, world-readable, from Debian's ``/usr/bin/python3.11``, which every account can
-  run): the STUDENT one (``tests/student_env.py``: the student wheel with its ``hub``
+* two environments (``hub/environments.py``), built once and cached under ``out/envs/``
+  (keyed by a hash of their inputs, world-readable, from Debian's ``/usr/bin/python3.11``,
+  which every account can run): the STUDENT one (the student wheel with its ``hub``
   extra; no grader package, no solutions; formgrader and create-assignment switched off
   in it) and the INSTRUCTOR one (the course installed editable from this repository, so
   ``course-grader`` and formgrader work);
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import pwd
@@ -43,14 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from hub import environments
+from hub.environments import INTERPRETER, EnvironmentMissing
+
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "out"
-ENVS = OUT / "envs"
-PYTHON = Path("/usr/bin/python3.11")
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 CONFIG = ROOT / "hub" / "jupyterhub_config.py"
 JUPYTERHUB = Path(sys.prefix) / "bin" / "jupyterhub"  # the dev venv's; the hub runs as root
-HUB_PIN = "jupyterhub==6.1.1"  # the same hub in every environment: the single-user servers talk to it
 COURSE_ID = "attention-from-scratch"  # nbgrader_config.py's c.CourseDirectory.course_id
 STARTUP_SECONDS = 120
 STOP_SECONDS = 30
@@ -61,10 +58,6 @@ INSTRUCTOR_SERVER_EXTENSIONS = ["nbgrader.server_extensions.formgrader",
 INSTRUCTOR_LAB_PLUGINS = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                           "@jupyter/nbgrader:course-list"]
 SYSTEM_PATH = "/usr/bin:/bin"
-
-
-class EnvironmentMissing(RuntimeError):
-    """Something the hub is built from is not installed; the message says how to install it."""
 
 
 def require() -> None:
@@ -79,105 +72,36 @@ def require() -> None:
     missing = []
     if not os.access(PROXY, os.X_OK):
         missing.append(f"configurable-http-proxy ({PROXY}): run `make hub-deps` (npm ci --prefix hub)")
-    if not os.access(PYTHON, os.X_OK):
-        missing.append(f"{PYTHON}: run `apt-get install python3.11 python3.11-venv`")
+    if not os.access(INTERPRETER, os.X_OK):
+        missing.append(f"{INTERPRETER}: run `apt-get install python3.11 python3.11-venv`")
     if shutil.which("bwrap") is None:
         missing.append("bubblewrap, the grading sandbox: run `apt-get install bubblewrap`")
     for tool in ("useradd", "userdel", "chpasswd", "runuser"):
         if shutil.which(tool) is None:
             missing.append(f"{tool}: run `apt-get install passwd util-linux`")
     if not os.access(JUPYTERHUB, os.X_OK):
-        missing.append(f"{JUPYTERHUB}: run `make` (pip install -e . into .venv, which pins {HUB_PIN})")
+        missing.append(f"{JUPYTERHUB}: run `make` (pip install -e . into .venv, which pins {environments.HUB_PIN})")
     if missing:
         raise EnvironmentMissing("the course hub cannot start:\n  " + "\n  ".join(missing))
 
 
 # ------------------------------------------------------------------------------- the environments
 
-def digest(parts: list[str], folders: list[Path] = ()) -> str:
-    """A short hash of ``parts`` and the .py files under ``folders``: an environment's cache key."""
-    h = hashlib.sha256("\n".join(parts).encode())
-    for folder in folders:
-        for path in sorted(folder.rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def pip(prefix: Path, *args: str) -> None:
-    """``pip install ARGS`` into the venv at ``prefix``.
-
-    Raises:
-        subprocess.CalledProcessError: pip failed (its error is on stderr).
-    """
-    subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-input", *args],
-                   check=True, env=_clean_env())
-
-
-def _clean_env() -> dict:
-    """This process's environment without PYTHONPATH (a test's checkout on it would look installed)."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-
-
-def build_venv(name: str, key: str, install, python: Path = PYTHON) -> Path:
-    """The venv ``out/envs/<name>-<key>`` made from ``python`` and filled by
-    ``install(prefix)``, unless a complete one is there; returns its python. Everything in
-    it is world-readable; a second builder waits for the first and reuses its venv.
-
-    Raises:
-        EnvironmentMissing: ``python`` is not installed.
-        subprocess.CalledProcessError: venv or pip failed.
-    """
-    if not os.access(python, os.X_OK):
-        raise EnvironmentMissing(f"{python} is missing: run `apt-get install python3.11 python3.11-venv`")
-    ENVS.mkdir(parents=True, exist_ok=True)
-    for folder in (OUT, ENVS):
-        folder.chmod(0o755)  # other accounts run these venvs
-    prefix = ENVS / f"{name}-{key}"
-    with open(ENVS / f".{name}-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (prefix / ".complete").is_file():
-            shutil.rmtree(prefix, ignore_errors=True)  # half-built by a killed run
-            subprocess.run([str(python), "-m", "venv", str(prefix)], check=True, env=_clean_env())
-            install(prefix)
-            subprocess.run(["chmod", "-R", "a+rX", str(prefix)], check=True)
-            (prefix / ".complete").touch()
-    return prefix / "bin" / "python"
-
-
-def instructor_env() -> Path:
-    """The instructor's environment's python: the course installed editable from this
-    repository (``course-grader``, formgrader with the course's filters) and jupyterhub.
-
-    Raises:
-        EnvironmentMissing, subprocess.CalledProcessError: as ``build_venv``.
-    """
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    hub = [] if HUB_PIN in pyproject else [HUB_PIN]
-    key = digest([str(ROOT), pyproject, *hub])
-    python = build_venv("instructor", key, lambda prefix: pip(prefix, "-e", str(ROOT), *hub))
-    _no_news(python.parent.parent)
-    subprocess.run(["chmod", "-R", "a+rX", str(python.parent.parent / "share" / "jupyter")], check=True)
-    return python
-
-
 def student_env() -> Path:
     """The student environment's python, with the instructor's nbgrader tools switched off.
 
     Raises:
-        EnvironmentMissing, subprocess.CalledProcessError: as ``build_venv``.
+        EnvironmentMissing, RuntimeError: as ``hub.environments.build_venv``.
     """
-    from tests.student_env import student_env as build
-
-    python = build("hub")
+    python = environments.student_env("hub")
     prefix = python.parent.parent
     jupyter = str(prefix / "bin" / "jupyter")
     for extension in INSTRUCTOR_SERVER_EXTENSIONS:
         subprocess.run([jupyter, "server", "extension", "disable", "--sys-prefix", extension], check=True,
-                       capture_output=True, env=_clean_env())
+                       capture_output=True, env=environments.clean_env())
     for plugin in INSTRUCTOR_LAB_PLUGINS:
         subprocess.run([jupyter, "labextension", "disable", "--level=sys_prefix", plugin], check=True,
-                       capture_output=True, env=_clean_env())
+                       capture_output=True, env=environments.clean_env())
     _no_news(prefix)
     subprocess.run(["chmod", "-R", "a+rX", str(prefix / "etc"), str(prefix / "share" / "jupyter")], check=True)
     return python
@@ -346,7 +270,7 @@ def start(instructor: str = "afs_hub_instructor", students: tuple[str, ...] = ("
     from tests.accounts import Accounts
 
     require()
-    instructor_python, student_python = instructor_env(), student_env()
+    instructor_python, student_python = environments.instructor_env(), student_env()
     base = Path(tempfile.mkdtemp(prefix="afs-hub-"))
     os.chmod(base, 0o755)
     (base / "home").mkdir()

@@ -118,6 +118,13 @@ def test_a_student_account_checks_with_an_install_it_cannot_write(accounts):
     shutil.copyfile(course.SOLUTIONS / FIRST / f"{FIRST}.ipynb", mine)
     shutil.chown(mine, user, user)
     assert not stat.S_IMODE(os.stat(course.ROOT).st_mode) & 0o022, "the install must not be writable by others"
+    def owned() -> set[str]:
+        return set(subprocess.run(["find", "/tmp", "/var/tmp", "/dev/shm", str(course.ROOT), "-xdev", "-path",
+                                   str(home), "-prune", "-o", "-user", user, "-print"],
+                                  capture_output=True, text=True).stdout.split())
+
+    # files an earlier account with the same uid left behind are not this account's doing
+    before = owned()
     script = f"from coursekit.check import check_my_work; print(repr(check_my_work({str(mine)!r})))"
     done = accounts.run(user, "env", f"PYTHONPATH={course.ROOT}", sys.executable, "-c", script, python=True)
     lines = done.stdout.splitlines()
@@ -127,8 +134,7 @@ def test_a_student_account_checks_with_an_install_it_cannot_write(accounts):
     secret = home / ".local" / "share" / "jupyter" / "attention-from-scratch" / "check_secret"
     assert secret.stat().st_uid == pwd_uid(user) and stat.S_IMODE(secret.stat().st_mode) == 0o600
     assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
-    left = subprocess.run(["find", "/tmp", "/var/tmp", "/dev/shm", str(course.ROOT), "-xdev", "-path", str(home),
-                           "-prune", "-o", "-user", user, "-print"], capture_output=True, text=True).stdout.split()
+    left = sorted(owned() - before)
     assert left == [], left
 
 

@@ -2,7 +2,7 @@
 and nothing that decides a grade, and a clean venv with only that wheel runs every
 student notebook's setup cell.
 
-The wheel is built as ``make wheel`` builds it; the venv comes from tests/student_env.py
+The wheel is built as ``make wheel`` builds it; the venv comes from hub/environments.py
 (cached in out/; the first run installs torch into it, a few minutes; ``make student-env``
 builds it ahead of the tests).
 """
@@ -23,7 +23,7 @@ from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
 from grader import course
-from tests.student_env import build_wheel, clean_env, student_env
+from hub.environments import build_wheel, clean_env, student_env
 
 ALLOWED = re.compile(r"coursekit/[a-z_0-9]+\.py|coursekit/drivers/[a-z_0-9]+\.py"
                      r"|coursekit/assets/fonts/(NanumSquareR\.ttf|OFL\.txt)"
