@@ -227,6 +227,29 @@ def serve_folder(root: Path, workdir: Path, base_url: str = "/") -> Iterator[Lab
         yield lab
 
 
+def require_chromium() -> None:
+    """Fail the calling test (never skip it) with the install command when chromium is missing."""
+    import pytest
+
+    try:
+        chromium()
+    except BrowserMissing as error:
+        pytest.fail(str(error), pytrace=False)
+
+
+def record_dialogs(page):
+    """Dismiss every browser dialog of ``page`` and keep its message in ``page.dialogs``
+    (``press_formgrader`` reports them); returns the page."""
+    page.dialogs = []
+
+    def dialog(d):
+        page.dialogs.append(d.message)
+        d.dismiss()
+
+    page.on("dialog", dialog)
+    return page
+
+
 @contextlib.contextmanager
 def browser(workdir: Path, args: list[str] = ()):
     """A Playwright browser context on the system chromium with a fresh profile in

@@ -40,10 +40,7 @@ SHOTS = course.ROOT / "out" / "screenshots"
 @pytest.fixture(scope="module")
 def chromium_context(tmp_path_factory):
     """One chromium (Playwright's sync API allows one at a time) for the module's tests."""
-    try:
-        browser_lab.chromium()
-    except browser_lab.BrowserMissing as error:  # a failure with the install command, never a skip
-        pytest.fail(str(error), pytrace=False)
+    browser_lab.require_chromium()
     with browser_lab.browser(tmp_path_factory.mktemp("chromium")) as context:
         yield context
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import requests
 
 from grader import course
 from grader.checkservice import MAX_BODY_BYTES
+from hub.launch import free_port
 from tests.conftest import expected_grades
 
 A = "01_similarity"
@@ -35,12 +35,6 @@ JUPYTERHUB = Path(sys.prefix) / "bin" / "jupyterhub"
 SERVICE = "course-check"
 SERVER_SCOPES = ["users:activity!user", "access:servers!server", f"access:services!service={SERVICE}"]
 SECONDS = 45  # the service's limit per check: below nbgrader's 45 s a cell once the kernel has started
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for(what: str, ready, proc: subprocess.Popen, log: Path, seconds: float = 90) -> None:
@@ -87,7 +81,7 @@ def hub(tmp_path_factory):
         pytest.fail("jupyterhub is missing from the venv: run `make` (pyproject.toml pins it)")
     folder = tmp_path_factory.mktemp("hub")
     admin = secrets.token_hex(16)
-    port, hub_port, proxy_port, service_port = (_port() for _ in range(4))
+    port, hub_port, proxy_port, service_port = (free_port() for _ in range(4))
     service = {"name": SERVICE, "url": f"http://127.0.0.1:{service_port}",
                "command": [sys.executable, "-m", "grader.cli", "serve-checks", "--slots", "2",
                            "--seconds", str(SECONDS)],

@@ -148,10 +148,7 @@ _MATH = """() => {
 
 @pytest.fixture(scope="module")
 def chromium_context(tmp_path_factory):
-    try:
-        browser_lab.chromium()
-    except browser_lab.BrowserMissing as error:  # a failure with the install command, never a skip
-        pytest.fail(str(error), pytrace=False)
+    browser_lab.require_chromium()
     with browser_lab.browser(tmp_path_factory.mktemp("chromium"), args=["--no-proxy-server"]) as context:
         yield context
 

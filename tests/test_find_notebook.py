@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from nbclient import NotebookClient
 from coursekit.check import ASK, check_my_work
 from grader import course
 from grader.release import check_cell_source
+from hub.launch import free_port
 
 JUPYTER_SERVER = Path(sys.prefix) / "bin" / "jupyter-server"
 
@@ -86,17 +86,11 @@ def _kernel_env(tmp_path: Path, service: FakeService) -> dict:
                   "HOME": str(tmp_path)}
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_notebook_renamed_in_the_server_checks_itself_under_its_new_name(tmp_path, service):
     root = tmp_path / "root"
     root.mkdir()
     _notebook(root, "01_similarity.ipynb", "x = 'mine'")
-    token, port = secrets.token_hex(16), _port()
+    token, port = secrets.token_hex(16), free_port()
     env = _kernel_env(tmp_path, service)
     log = tmp_path / "server.log"
     with open(log, "w") as out:

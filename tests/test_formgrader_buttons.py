@@ -88,14 +88,7 @@ def graded(tmp_path_factory, chromium_context) -> dict:
 def formgrader(graded, chromium_context):
     """(the running server, a page on it recording its browser dialogs)."""
     with browser_lab.serve_workspace(graded["course"], graded["workdir"]) as server:
-        page = chromium_context.new_page()
-        page.dialogs = []
-
-        def dialog(d):
-            page.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", dialog)
+        page = browser_lab.record_dialogs(chromium_context.new_page())
         # Log in as an instructor does, on a page of the server itself: formgrader's own
         # pages, opened with ?token=, set the login cookie without Path=/ (their base_url
         # has its slash stripped), so the browser would not send it to formgrader's API.

@@ -53,14 +53,7 @@ GRADE_TIMEOUT = 600
 
 def _login(context, hub, user: str):
     """A page of ``user``'s JupyterLab, reached through the hub's login form."""
-    page = context.new_page()
-    page.dialogs = []
-
-    def dialog(d):
-        page.dialogs.append(d.message)
-        d.dismiss()
-
-    page.on("dialog", dialog)
+    page = browser_lab.record_dialogs(context.new_page())
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", user)
     page.fill("#password_input", hub.passwords[user])
