@@ -17,35 +17,13 @@ module, loads given weights into it by name, calls it and hands back its tensors
 """
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from typing import Any
 
 import numpy as np
 
-MIME = "application/vnd.attention-course.answer+json"
-
-# dtypes an answer may have on the wire; everything else is reported as unsupported
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64")
-MAX_DEPTH = 3  # a tuple of arrays, or a tuple of tuples, is the deepest answer we take
-MAX_ITEMS = 16
-MAX_MESSAGE = 300
-
-
-def encode_array(value: np.ndarray) -> dict:
-    """An array as JSON-ready data: ``{"array": {"dtype", "shape", "data"}}``, little-endian."""
-    array = np.asarray(value)  # (not ascontiguousarray: it turns 0-d into 1-d)
-    array = array.astype(array.dtype.newbyteorder("<"), order="C", copy=True)
-    return {"array": {"dtype": array.dtype.name, "shape": list(array.shape),
-                      "data": base64.b64encode(array.tobytes()).decode("ascii")}}
-
-
-def decode_array(wire: dict) -> np.ndarray:
-    """The inverse of ``encode_array`` (without the outer key); used by tests and helpers."""
-    raw = base64.b64decode(wire["data"], validate=True)
-    return np.frombuffer(raw, dtype=np.dtype(wire["dtype"]).newbyteorder("<")).reshape(wire["shape"])
+from .protocol import DTYPES, MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE, MIME, decode_array, encode_array
 
 
 def _short(error: BaseException) -> str:

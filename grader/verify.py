@@ -31,7 +31,8 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import compute_checksum, determine_grade, is_grade, is_solution, is_task
 from traitlets import Unicode, default
 
-from coursekit.probe import MIME, encode_questions
+from coursekit.probe import encode_questions
+from coursekit.protocol import MIME
 
 from . import course
 from .checks import _core as checks

@@ -13,11 +13,8 @@ import math
 
 import numpy as np
 
-from coursekit.probe import DTYPES, MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE
-
-from .checks._core import Raised, Unsupported
-
-MAX_ELEMENTS = 4_000_000  # per array: far above any answer the course asks for
+from coursekit.protocol import (DTYPES, MAX_ANSWERS, MAX_DEPTH, MAX_ELEMENTS, MAX_ITEMS, MAX_MESSAGE,
+                                Raised, Unsupported)
 
 
 class Unreadable(ValueError):
@@ -75,8 +72,8 @@ def decode_payload(payload: object, exercise_id: str) -> list[object]:
     if payload["exercise"] != exercise_id:
         raise Unreadable(f"the payload answers {str(payload['exercise'])[:40]!r}, not {exercise_id!r}")
     answers = payload["answers"]
-    if not isinstance(answers, list) or len(answers) > 64:
-        raise Unreadable("answers must be a list of at most 64 items")
+    if not isinstance(answers, list) or len(answers) > MAX_ANSWERS:
+        raise Unreadable(f"answers must be a list of at most {MAX_ANSWERS} items")
     decoded = []
     for item in answers:
         if isinstance(item, dict) and set(item) == {"raised"} and isinstance(item["raised"], str):

@@ -97,9 +97,9 @@ def solution_lines() -> set[str]:
 
 
 def check_names() -> set[str]:
-    """The top-level functions and classes of grader/checks: the questions, references and judges."""
+    """The top-level functions and classes of grader/checks (its references too): the specs, references and judges."""
     names = set()
-    for path in (course.ROOT / "grader" / "checks").glob("*.py"):
+    for path in (course.ROOT / "grader" / "checks").rglob("*.py"):
         names |= {n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     return names
 

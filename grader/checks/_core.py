@@ -15,15 +15,19 @@ sandbox while grading.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import pkgutil
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from coursekit import probe
+from coursekit.protocol import Raised, Unsupported
 
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
@@ -32,20 +36,6 @@ ATOL = 1e-5
 
 class CheckFailed(AssertionError):
     """A learner's answer is wrong; ``str(error)`` is the diagnosis shown as feedback."""
-
-
-@dataclass(frozen=True)
-class Raised:
-    """The learner's function raised; ``message`` is ``"TypeError: ..."``."""
-
-    message: str
-
-
-@dataclass(frozen=True)
-class Unsupported:
-    """The learner's function returned something that is not numeric data."""
-
-    kind: str  # e.g. "a str", "an array of dtype object"
 
 
 Answer = "np.ndarray | tuple | Raised | Unsupported"
@@ -73,6 +63,216 @@ class Exercise:
     function: str  # the name the learner's function has in the notebook, for messages
     questions: Callable[[np.random.Generator], list[Question]]
     driver: str | None = None  # coursekit.probe.get_driver(driver): how to call a class or loader
+
+
+
+# ------------------------------------------------------------------------------ the spec
+@dataclass(frozen=True)
+class Call:
+    """One call of the learner's function: its arguments, and its name in a diagnosis.
+
+    Arguments are numpy arrays (passed as arrays, or as torch tensors to torch code),
+    or Python numbers, booleans, strings and None (passed as they are).
+    """
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    what: str = ""  # e.g. "dot_product(a, b) for a and b of shape (5,)"
+
+    def call(self) -> tuple[list, dict]:
+        return list(self.args), dict(self.kwargs)
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A catalogued mistake: a learner-style wrong implementation and its diagnosis.
+
+    The grader runs ``implementation`` on the drawn inputs exactly as it runs the
+    learner's code (same driver, same wire); an answer equal to the mistake's answer on
+    the call being judged gets ``diagnosis``. The tests run ``implementation`` as a
+    learner's answer and assert that it gets its own diagnosis, for many seeds.
+    """
+
+    name: str
+    diagnosis: str
+    implementation: object
+
+
+@dataclass(frozen=True)
+class Raises:
+    """A rule for a raised error: the diagnosis when the learner's function raises.
+
+    ``diagnosis`` may use ``{error}`` (the learner's ``"TypeError: ..."``) and ``{what}``.
+    The rule applies when ``match`` (a regular expression) is found in the error and
+    ``when`` (of the :class:`Call`), if given, holds. ``example`` is a learner-style
+    implementation that gets this diagnosis: the tests assert it.
+    """
+
+    diagnosis: str
+    example: object
+    match: str = ""
+    when: Callable[[Call], bool] | None = None
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A diagnosis from a property of a wrong answer (``applies(answer, call)``), asked
+    when no catalogued mistake matched. ``part`` names the item of a tuple answer it
+    reads; ``example`` gets this diagnosis (asserted by the tests)."""
+
+    message: str
+    applies: Callable[[np.ndarray, Call], bool]
+    example: object
+    part: int | None = None
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An exercise as data: what is asked, the reference, the catalogue of mistakes.
+
+    ``inputs(rng)`` draws the calls (the same seed, the same calls); ``reference`` is
+    the learner-style correct implementation, run like the learner's (through
+    ``driver``, a ``coursekit.probe.get_driver`` name, for classes and loaders).
+    ``parts`` names the items of a tuple answer (e.g. ``("output", "weights")``),
+    judged in the order ``order`` (default: as returned). ``prepare(answer, call, what)``
+    turns a plain answer into what is compared (e.g. a mask's values), raising
+    :class:`CheckFailed` for answers of the wrong kind. ``judge(case)`` replaces the
+    default judgement of one call (:func:`judge_case`): the one hook of a bespoke
+    exercise. ``diagnosed`` lists learner-style implementations with the diagnosis a
+    hook or ``prepare`` gives them: never matched by value, always asserted by the tests.
+    """
+
+    id: str
+    function: str
+    inputs: Callable[[np.random.Generator], list[Call]]
+    reference: object
+    mistakes: tuple[Mistake, ...] = ()
+    driver: str | None = None
+    figures: tuple[str, ...] = ()
+    errors: tuple[Raises, ...] = ()
+    hints: tuple[Hint, ...] = ()
+    parts: tuple[str, ...] = ()
+    order: tuple[int, ...] = ()
+    prepare: Callable[[object, Call, str], object] | None = None
+    judge: Callable[["Case"], None] | None = None
+    diagnosed: tuple[Mistake, ...] = ()
+    rtol: float = RTOL
+    atol: float = ATOL
+
+    def __post_init__(self):
+        if self.driver is not None:
+            try:
+                probe.get_driver(self.driver)
+            except LookupError as error:
+                raise ValueError(f"{self.id}: {error}") from None
+        names = [m.name for m in self.mistakes + self.diagnosed]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.id}: two mistakes share a name")
+
+    def run(self, implementation: object, calls: Sequence[Call]) -> list[object]:
+        """``implementation``'s decoded answers to ``calls``, exactly as grading gets a learner's."""
+        from ..wire import decode_payload
+
+        payload = probe.collect(self.id, implementation, [c.call() for c in calls], self.driver)
+        return decode_payload(payload, self.id)
+
+
+@dataclass
+class Case:
+    """One call being judged: the learner's answer beside the reference's."""
+
+    spec: Spec
+    call: Call
+    answer: object
+    expected: object
+    _mistaken: list | None = None
+
+    @property
+    def what(self) -> str:
+        return self.call.what or self.spec.function
+
+    def fail(self, message: str) -> None:
+        raise CheckFailed(f"{self.what}: {message}")
+
+    def mistaken(self) -> list[tuple[Mistake, object]]:
+        """Each catalogued mistake with its answer to this call (computed once, when asked)."""
+        if self._mistaken is None:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a mistake's 0/0 is expected, not news
+                self._mistaken = [(m, self.spec.run(m.implementation, [self.call])[0])
+                                  for m in self.spec.mistakes]
+        return self._mistaken
+
+
+def _equal(a: object, b: object, rtol: float, atol: float) -> bool:
+    """Two decoded answers are the same data, within tolerance."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_equal(x, y, rtol, atol) for x, y in zip(a, b)))
+    if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+        return False
+    return close(a.astype(np.float64), b.astype(np.float64), rtol, atol)
+
+
+def _explain_raised(case: Case) -> None:
+    """A raised error in the exercise's words (the spec's rules), else in general words."""
+    if isinstance(case.answer, Raised) and not case.answer.message.startswith("NotImplementedError"):
+        for rule in case.spec.errors:
+            if re.search(rule.match, case.answer.message) and (rule.when is None or rule.when(case.call)):
+                raise CheckFailed(rule.diagnosis.format(error=case.answer.message, what=case.what))
+    value(case.answer, case.spec.function)
+
+
+def judge_case(case: Case) -> None:
+    """The default judgement of one call; raises :class:`CheckFailed` with the diagnosis.
+
+    In order: a raised error or non-data (the spec's error rules first); ``prepare``;
+    right within tolerance; the first catalogued mistake whose answer to this call is
+    the learner's; for a tuple answer, the first part (in ``order``) that differs; a
+    wrong shape; NaN or infinity where the reference is finite; the first hint that
+    applies; otherwise "wrong values".
+    """
+    spec = case.spec
+    _explain_raised(case)
+    answer, expected = case.answer, case.expected
+    if spec.prepare is not None:
+        answer, expected = spec.prepare(answer, case.call, case.what), spec.prepare(expected, case.call, case.what)
+    if _equal(answer, expected, spec.rtol, spec.atol):
+        return
+    for mistake, wrong in case.mistaken():
+        if isinstance(wrong, (Raised, Unsupported)):
+            continue
+        if spec.prepare is not None:
+            try:
+                wrong = spec.prepare(wrong, case.call, case.what)
+            except CheckFailed:
+                continue
+        if _equal(answer, wrong, spec.rtol, spec.atol):
+            case.fail(mistake.diagnosis)
+    if isinstance(expected, tuple):
+        names = spec.parts or tuple(f"item {i}" for i in range(len(expected)))
+        if not isinstance(answer, tuple) or len(answer) != len(expected):
+            kind = f"a tuple of {len(answer)} items" if isinstance(answer, tuple) else "one array"
+            raise CheckFailed(f"{case.what} should return a tuple ({', '.join(names)}), but it returns {kind}")
+        for i in spec.order or range(len(expected)):
+            got = to_array(answer[i], f"the {names[i]} of {case.what}")
+            if not _equal(got, expected[i], spec.rtol, spec.atol):
+                _describe(case, got, expected[i], f"the {names[i]} of {case.what}", i)
+        return
+    _describe(case, to_array(answer, case.what), expected, case.what, None)
+
+
+def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part: int | None) -> None:
+    """A wrong array that no catalogued mistake explains: shape, NaN, hints, else values."""
+    expected = np.asarray(expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        raise CheckFailed(f"{what} has shape {got.shape}; expected {expected.shape}")
+    for hint in case.spec.hints:  # (before NaN: a hint may name what a NaN comes from)
+        if hint.part == part and hint.applies(got, case.call):
+            raise CheckFailed(f"{what}: {hint.message}")
+    if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
+        raise CheckFailed(f"{what} contains NaN or infinity where every value should be finite")
+    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values")
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -105,7 +305,18 @@ def _topics() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
 
 
-def get(exercise_id: str) -> Exercise:
+def _register_topic(topic: str) -> None:
+    """Import a topic's module; register the specs it lists in ``SPECS``."""
+    module = importlib.import_module(f"grader.checks.{topic}")
+    for spec in getattr(module, "SPECS", ()):
+        if _REGISTRY.get(spec.id, spec) is not spec:
+            raise ValueError(f"two checks registered for {spec.id!r}")
+        if spec.id.split("-")[0] != topic:
+            raise ValueError(f"{spec.id}: a spec of topic {topic!r} must have an id {topic}-<name>")
+        _REGISTRY[spec.id] = spec
+
+
+def get(exercise_id: str) -> "Spec | Exercise":
     """The registered exercise.
 
     Raises:
@@ -114,7 +325,7 @@ def get(exercise_id: str) -> Exercise:
     topic = exercise_id.split("-")[0]
     if topic not in _topics():
         raise LookupError(f"no checks for topic {topic!r}; known topics: {', '.join(_topics())}")
-    importlib.import_module(f"grader.checks.{topic}")
+    _register_topic(topic)
     try:
         return _REGISTRY[exercise_id]
     except KeyError:
@@ -124,7 +335,7 @@ def get(exercise_id: str) -> Exercise:
 def exercise_ids(topic: str | None = None) -> list[str]:
     """All registered exercise ids (of one topic, if given), sorted."""
     for name in [topic] if topic else _topics():
-        importlib.import_module(f"grader.checks.{name}")
+        _register_topic(name)
     return sorted(e for e in _REGISTRY if topic is None or e.split("-")[0] == topic)
 
 
@@ -133,9 +344,25 @@ def public_seed(exercise_id: str) -> int:
     return int.from_bytes(hashlib.sha256(exercise_id.encode()).digest()[:8], "little")
 
 
-def questions(exercise_id: str, seed: int) -> list[Question]:
-    """The exercise's questions drawn from ``seed`` (the same seed, the same inputs)."""
-    return get(exercise_id).questions(np.random.default_rng(seed))
+def questions(exercise_id: str, seed: int) -> "list[Call] | list[Question]":
+    """The exercise's questions drawn from ``seed`` (the same seed, the same inputs);
+    each has ``.call()``, the ``(args, kwargs)`` that enter the kernel."""
+    exercise = get(exercise_id)
+    if isinstance(exercise, Spec):
+        return list(_drawn(exercise_id, seed)[0])
+    return exercise.questions(np.random.default_rng(seed))
+
+
+@functools.lru_cache(maxsize=512)
+def _drawn(exercise_id: str, seed: int) -> tuple[tuple[Call, ...], tuple[object, ...]]:
+    """A spec's calls for ``seed`` and the reference's answers to them (computed once)."""
+    spec = get(exercise_id)
+    calls = tuple(spec.inputs(np.random.default_rng(seed)))
+    expected = spec.run(spec.reference, calls)
+    for call, answer in zip(calls, expected):
+        if isinstance(answer, (Raised, Unsupported)):
+            raise RuntimeError(f"{exercise_id}: the reference fails on {call.what or call.args}: {answer}")
+    return calls, tuple(expected)
 
 
 def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> str | None:
@@ -150,12 +377,28 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
         return f"{get(exercise_id).function}: not answered yet, it still raises NotImplementedError"
     if len(answers) != len(asked):
         return f"the grader asked {len(asked)} questions and received {len(answers)} answers"
+    exercise = get(exercise_id)
     try:
-        for question, given in zip(asked, answers):
-            question.verify(given)
+        if isinstance(exercise, Spec):
+            calls, expected = _drawn(exercise_id, seed)
+            for call, given, right in zip(calls, answers, expected):
+                (exercise.judge or judge_case)(Case(exercise, call, given, right))
+        else:
+            for question, given in zip(asked, answers):
+                question.verify(given)
     except CheckFailed as error:
         return str(error)
     return None
+
+
+def answers_of(exercise_id: str, fn: object, seed: int) -> list[object]:
+    """``fn``'s decoded answers to the questions of ``seed``, as grading collects them
+    (in this process: no kernel, no sandbox)."""
+    from ..wire import decode_payload
+
+    payload = probe.collect(exercise_id, fn, [q.call() for q in questions(exercise_id, seed)],
+                            get(exercise_id).driver)
+    return decode_payload(payload, exercise_id)
 
 
 def check(exercise_id: str, fn: object) -> None:
@@ -165,13 +408,8 @@ def check(exercise_id: str, fn: object) -> None:
         CheckFailed: the answer is wrong; the message is the diagnosis.
         LookupError: no check is registered under ``exercise_id`` (a course bug).
     """
-    from ..wire import decode_payload
-
     seed = public_seed(exercise_id)
-    asked = questions(exercise_id, seed)
-    payload = probe.collect(exercise_id, fn, [q.call() for q in asked], get(exercise_id).driver)
-    answers = decode_payload(payload, exercise_id)
-    message = verdict(exercise_id, seed, answers)
+    message = verdict(exercise_id, seed, answers_of(exercise_id, fn, seed))
     if message:
         raise CheckFailed(message)
     print(f"{exercise_id}: all hidden checks passed")
@@ -208,16 +446,16 @@ def close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) 
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False))
 
 
-Mistake = tuple[str, np.ndarray]
-Hint = Callable[[np.ndarray], "str | None"]
+KnownMistake = tuple[str, np.ndarray]
+ArrayHint = Callable[[np.ndarray], "str | None"]
 
 
 def judge(
     answer: object,
     expected: np.ndarray,
     what: str,
-    mistakes: Iterable[Mistake] = (),
-    hints: Sequence[Hint] = (),
+    mistakes: Iterable[KnownMistake] = (),
+    hints: Sequence[ArrayHint] = (),
     rtol: float = RTOL,
     atol: float = ATOL,
 ) -> np.ndarray:
