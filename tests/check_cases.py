@@ -35,9 +35,12 @@ def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str, see
     """The shared test functions, by name, for one topic."""
 
     def test_every_exercise_has_cases():
+        """At least three mistakes (here, or in the spec's catalogue, whose tests
+        tests/test_catalogue.py generates) and two valid variants per exercise."""
         assert set(mistakes) == set(variants) == set(exercise_ids(topic))
         for exercise in mistakes:
-            assert len(mistakes[exercise]) >= 3 and len(variants[exercise]) >= 2
+            catalogued = getattr(get(exercise), "mistakes", ())
+            assert len(mistakes[exercise]) + len(catalogued) >= 3 and len(variants[exercise]) >= 2
 
     @pytest.mark.parametrize("exercise,fn,diagnosis",
                              [(e, fn, d) for e, cases in mistakes.items() for fn, d in cases], ids=_ids)
