@@ -173,12 +173,16 @@ class SaveVerifiedGrades(NbGraderPreprocessor):
         state = resources.get("attention_course", {})
         seeds, events = state.get("seeds", {}), state.get("events", {})
         verdicts: dict[str, str | None] = {}
+        tests = []
         for index, cell in enumerate(nb.cells):
             if is_test_cell(cell):
                 exercise = course.exercise_id(cell.metadata.nbgrader["grade_id"])
                 verdicts[exercise] = judge_cell(cell, exercise, seeds.get(exercise), events.get(index))
-                cell.metadata[VERDICT_KEY] = {"exercise": exercise, "passed": verdicts[exercise] is None,
-                                              "diagnosis": verdicts[exercise]}
+                tests.append((exercise, cell))
+        verdicts = checks.with_upstream(verdicts)
+        for exercise, cell in tests:
+            cell.metadata[VERDICT_KEY] = {"exercise": exercise, "passed": verdicts[exercise] is None,
+                                          "diagnosis": verdicts[exercise]}
         with Gradebook(info["db_url"]) as gb:
             for cell in nb.cells:
                 grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")

@@ -25,13 +25,21 @@ def _cases() -> list[tuple[str, str, object, str]]:
     """(exercise id, name, implementation, diagnosis) of everything a spec diagnoses."""
     cases = []
     for spec in _specs():
-        for m in spec.mistakes + spec.diagnosed:
+        for m in spec.catalogue() + spec.diagnosed:
             cases.append((spec.id, m.name, m.implementation, m.diagnosis))
         for i, rule in enumerate(spec.errors):
             cases.append((spec.id, f"raises-{i}", rule.example, rule.diagnosis.split("{error}")[-1].strip(". ")))
         for i, hint in enumerate(spec.hints):
             cases.append((spec.id, f"hint-{i}", hint.example, hint.message))
     return cases
+
+
+def _pairs() -> list[tuple[str, str, object, tuple[str, str]]]:
+    return [(spec.id, name, implementation, both) for spec in _specs()
+            for name, implementation, both in spec.pairs()]
+
+
+PAIRS = _pairs()
 
 
 CASES = _cases()
@@ -62,3 +70,18 @@ def test_reference_passes_for_every_student_seed(exercise):
     spec = get(exercise)
     for seed in STUDENT_SEEDS:
         assert verdict(exercise, seed, answers_of(exercise, spec.reference, seed)) is None
+
+
+@pytest.mark.parametrize("exercise,name,implementation,both", PAIRS, ids=[f"{e}-{n}" for e, n, _, _ in PAIRS])
+def test_two_mistakes_at_once_are_both_named(exercise, name, implementation, both):
+    """Differential diagnosis: two knobs set wrong together, a combination no catalogue lists."""
+    for seed in STUDENT_SEEDS:
+        with np.errstate(all="ignore"):
+            message = verdict(exercise, seed, answers_of(exercise, implementation, seed))
+        assert message and "two mistakes at once" in message and all(d in message for d in both), (seed, message)
+
+
+@pytest.mark.parametrize("exercise", [s.id for s in _specs() if s.knobs])
+def test_a_variant_with_no_wrong_setting_is_right(exercise):
+    spec = get(exercise)
+    assert verdict(exercise, 0, answers_of(exercise, spec.variant(), 0)) is None

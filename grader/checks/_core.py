@@ -127,6 +127,22 @@ class Hint:
 
 
 @dataclass(frozen=True)
+class Knob:
+    """One choice an implementation makes, with its wrong settings and what each means.
+
+    An exercise with knobs has a ``Spec.variant(**settings)``: the learner-style
+    implementation with those settings (``variant()`` is the reference's behaviour). Each
+    wrong setting is a catalogued mistake by itself, and when no single mistake matches,
+    the grader tries wrong settings of two knobs at once and names both (differential
+    diagnosis: combinations nobody catalogued). The tests generate every single setting
+    and every pair.
+    """
+
+    name: str
+    wrong: tuple[tuple[object, str], ...]  # (setting, diagnosis)
+
+
+@dataclass(frozen=True)
 class Spec:
     """An exercise as data: what is asked, the reference, the catalogue of mistakes.
 
@@ -158,6 +174,9 @@ class Spec:
     diagnosed: tuple[Mistake, ...] = ()
     rtol: float = RTOL
     atol: float = ATOL
+    knobs: tuple[Knob, ...] = ()
+    variant: Callable[..., object] | None = None
+    depends: tuple[str, ...] = ()  # exercises whose functions the learner's answer calls
 
     def __post_init__(self):
         if self.driver is not None:
@@ -165,9 +184,28 @@ class Spec:
                 probe.get_driver(self.driver)
             except LookupError as error:
                 raise ValueError(f"{self.id}: {error}") from None
-        names = [m.name for m in self.mistakes + self.diagnosed]
+        if self.knobs and self.variant is None:
+            raise ValueError(f"{self.id}: knobs need a variant(**settings) implementation")
+        names = [m.name for m in self.catalogue() + self.diagnosed]
         if len(set(names)) != len(names):
             raise ValueError(f"{self.id}: two mistakes share a name")
+
+    def catalogue(self) -> tuple[Mistake, ...]:
+        """The catalogued mistakes: those listed, then one per wrong setting of each knob."""
+        return self.mistakes + tuple(Mistake(f"{knob.name}={setting!r}", diagnosis,
+                                             self.variant(**{knob.name: setting}))
+                                     for knob in self.knobs for setting, diagnosis in knob.wrong)
+
+    def pairs(self) -> list[tuple[str, object, tuple[str, str]]]:
+        """Wrong settings of two knobs at once: (name, implementation, both diagnoses)."""
+        found = []
+        for i, first in enumerate(self.knobs):
+            for second in self.knobs[i + 1:]:
+                for a, da in first.wrong:
+                    for b, db in second.wrong:
+                        found.append((f"{first.name}={a!r}+{second.name}={b!r}",
+                                      self.variant(**{first.name: a, second.name: b}), (da, db)))
+        return found
 
     def run(self, implementation: object, calls: Sequence[Call]) -> list[object]:
         """``implementation``'s decoded answers to ``calls``, exactly as grading gets a learner's."""
@@ -200,7 +238,7 @@ class Case:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a mistake's 0/0 is expected, not news
                 self._mistaken = [(m, self.spec.run(m.implementation, [self.call])[0])
-                                  for m in self.spec.mistakes]
+                                  for m in self.spec.catalogue()]
         return self._mistaken
 
 
@@ -223,12 +261,24 @@ def _explain_raised(case: Case) -> None:
     value(case.answer, case.spec.function)
 
 
+def _same(case: Case, answer: object, wrong: object) -> bool:
+    """The learner's (prepared) answer equals a wrong implementation's answer."""
+    if isinstance(wrong, (Raised, Unsupported)):
+        return False
+    if case.spec.prepare is not None:
+        try:
+            wrong = case.spec.prepare(wrong, case.call, case.what)
+        except CheckFailed:
+            return False
+    return _equal(answer, wrong, case.spec.rtol, case.spec.atol)
+
+
 def judge_case(case: Case) -> None:
     """The default judgement of one call; raises :class:`CheckFailed` with the diagnosis.
 
     In order: a raised error or non-data (the spec's error rules first); ``prepare``;
     right within tolerance; the first catalogued mistake whose answer to this call is
-    the learner's; for a tuple answer, the first part (in ``order``) that differs; a
+    the learner's; two knobs set wrong at once; for a tuple answer, the first part (in ``order``) that differs; a
     wrong shape; NaN or infinity where the reference is finite; the first hint that
     applies; otherwise "wrong values".
     """
@@ -240,15 +290,14 @@ def judge_case(case: Case) -> None:
     if _equal(answer, expected, spec.rtol, spec.atol):
         return
     for mistake, wrong in case.mistaken():
-        if isinstance(wrong, (Raised, Unsupported)):
-            continue
-        if spec.prepare is not None:
-            try:
-                wrong = spec.prepare(wrong, case.call, case.what)
-            except CheckFailed:
-                continue
-        if _equal(answer, wrong, spec.rtol, spec.atol):
+        if _same(case, answer, wrong):
             case.fail(mistake.diagnosis)
+    for name, implementation, (first, second) in spec.pairs():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wrong = spec.run(implementation, [case.call])[0]
+        if _same(case, answer, wrong):
+            case.fail(f"two mistakes at once: (1) {first}; (2) {second}")
     if isinstance(expected, tuple):
         names = spec.parts or tuple(f"item {i}" for i in range(len(expected)))
         if not isinstance(answer, tuple) or len(answer) != len(expected):
@@ -399,6 +448,27 @@ def answers_of(exercise_id: str, fn: object, seed: int) -> list[object]:
     payload = probe.collect(exercise_id, fn, [q.call() for q in questions(exercise_id, seed)],
                             get(exercise_id).driver)
     return decode_payload(payload, exercise_id)
+
+
+def with_upstream(verdicts: dict[str, "str | None"]) -> dict[str, "str | None"]:
+    """A notebook's verdicts, with each failed exercise whose answer calls a failed
+    upstream exercise's function (``Spec.depends``) told to fix that one first: the
+    downstream diagnosis is then likely a consequence, not a second mistake."""
+    blamed = dict(verdicts)
+    for exercise, diagnosis in verdicts.items():
+        if not diagnosis or exercise.split("-")[0] not in _topics():
+            continue
+        try:
+            spec = get(exercise)
+        except LookupError:
+            continue
+        failed = [get(d).function for d in getattr(spec, "depends", ()) if verdicts.get(d)]
+        if failed:
+            names = " and ".join(failed)
+            blamed[exercise] = (f"{names} {'is' if len(failed) == 1 else 'are'} wrong, so {spec.function} "
+                                f"cannot be right: fix {names} first (its own diagnosis says what is wrong). "
+                                f"Here: {diagnosis}")
+    return blamed
 
 
 def check(exercise_id: str, fn: object) -> None:
