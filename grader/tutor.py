@@ -20,7 +20,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from . import course
-from .checks import _core as checks
+from . import checks
 from .feedback import AUTOGRADER_COMMENT, is_test_cell, verdict_of
 from .sanitize import NO_MATH, text_html
 

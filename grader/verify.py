@@ -35,7 +35,7 @@ from coursekit.probe import encode_questions
 from coursekit.protocol import MIME
 
 from . import course
-from .checks import _core as checks
+from . import checks
 from .feedback import diagnose, is_test_cell
 from .wire import Unreadable, decode_payload
 

@@ -16,7 +16,7 @@ import pytest
 
 from coursekit.probe import collect
 from grader.checks import CheckFailed, check, exercise_ids
-from grader.checks._core import get, questions, verdict
+from grader.checks import get, questions, verdict
 from grader.wire import decode_payload
 
 

@@ -19,7 +19,7 @@ import torch
 from grader import course
 from grader.checks import CheckFailed, check
 from grader.checks import _core
-from grader.checks._core import Call, Hint, Knob, Mistake, Raises, Spec, answers_of, verdict
+from grader.checks import Call, Hint, Knob, Mistake, Raises, Spec, answers_of, verdict
 from grader.checks.reference import similarity as reference
 
 PAGE = course.ROOT / "docs" / "adding-an-exercise.md"

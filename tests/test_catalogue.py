@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from grader.checks import CheckFailed, check
-from grader.checks._core import Spec, answers_of, exercise_ids, get, verdict
+from grader.checks import Spec, answers_of, exercise_ids, get, verdict
 
 STUDENT_SEEDS = range(6)
 

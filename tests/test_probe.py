@@ -13,8 +13,7 @@ import torch.nn as nn
 from nbformat import NotebookNode
 
 from coursekit import probe
-from grader.checks import _core
-from grader.checks._core import Raised, Unsupported, get, public_seed, questions, verdict
+from grader.checks import Raised, Spec, Unsupported, get, public_seed, questions, verdict
 from grader.verify import AskQuestions
 from grader.wire import decode_payload
 
@@ -54,7 +53,8 @@ def test_exercises_name_their_driver_and_plain_functions_have_none():
     assert get("multi_head-split_heads").driver == get("multi_head-merge_heads").driver == "tensors"
     assert get("similarity-dot_product").driver is None
     with pytest.raises(ValueError, match="unknown driver"):
-        _core.exercise("multi_head-nothing", "nothing", driver="no_such_driver")
+        Spec(id="multi_head-nothing", function="nothing", inputs=lambda rng: [], reference=None,
+             driver="no_such_driver")
 
 
 def test_module_driver_loads_the_given_weights_by_name():

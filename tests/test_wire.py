@@ -8,7 +8,7 @@ import pytest
 from nbformat import NotebookNode
 
 from coursekit.probe import MIME, collect, encode_array
-from grader.checks._core import Raised, Unsupported, public_seed, questions
+from grader.checks import Raised, Unsupported, public_seed, questions
 from grader.verify import _hidden_calls, judge_cell, seed_for
 from grader.wire import Unreadable, decode_payload
 
