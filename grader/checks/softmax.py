@@ -11,9 +11,14 @@ resolve 1000 + 1e-4.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 
-from ._core import CheckFailed, Question, Raised, exercise, judge, to_array, value
+from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _equal, judge_case
+from .reference import softmax as ref
+from .reference.softmax import stable_softmax
 
 # Tolerances where the scores are around 1000: float32 spacing there is 6e-5, and a float32
 # attention's weights and outputs then differ from the float64 reference by about 1e-4.
@@ -25,177 +30,202 @@ OVERFLOW = ("NaN or infinity at scores around 1000: exp overflows (above about 7
             "along the softmax axis (keepdims=True) before exponentiating; the weights do not change")
 
 
-def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The reference: stable, and -inf entries (with a finite entry in their slice) get 0."""
-    with np.errstate(all="ignore"):
-        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-        return e / np.sum(e, axis=axis, keepdims=True)
+def _swap(x):
+    return np.swapaxes(x, -1, -2)
 
 
-def _quiet(fn, *args, **kwargs) -> np.ndarray:
-    """A wrong answer computed without warnings (it may hold NaN: NaN never matches)."""
-    with np.errstate(all="ignore"):
-        return fn(*args, **kwargs)
+def _naive(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
 
 
-def _raised_hint(got: object, name: str) -> None:
-    """Turn a few well-known exceptions into advice; other answers pass through."""
-    if not isinstance(got, Raised):
-        return
-    message = got.message
-    if "broadcast" in message:
-        masks = (", and the mask must broadcast against the scores (np.where(mask, scores, -np.inf))"
-                 if name == "scaled_dot_product_attention" else "")
-        inner = ("" if name == "stable_softmax" else
-                 " (in this function, or in your stable_softmax if it calls it: fix that one first)")
-        raise CheckFailed(f"{name} raised {message}. A max or sum over an axis must keep that axis "
-                          f"(keepdims=True) to broadcast back against its input{inner}{masks}")
-    if "axes don't match array" in message:
-        raise CheckFailed(f"{name} raised {message}: numpy's a.transpose(-2, -1) is not PyTorch's. "
-                          "Swap the last two axes with np.swapaxes(key, -1, -2) (or key.swapaxes(-1, -2), "
-                          "which numpy arrays and torch tensors both have)")
-    if "boolean subtract" in message or "with a bool tensor is not supported" in message:
-        raise CheckFailed(f"{name} raised {message}. The mask is a bool array: invert it with ~mask "
-                          "(or np.logical_not(mask)), not 1 - mask")
-    if "truth value of an array" in message or "Boolean value of Tensor" in message:
-        raise CheckFailed(f"{name} raised {message}. Test for a missing mask with "
-                          "`if mask is not None:`, not `if mask:`")
-    if "matmul" in message and "mismatch" in message:
-        raise CheckFailed(f"{name} raised {message}. Check the transpose of the keys: on a batch, key.T "
-                          "reverses every axis; swap only the last two (np.swapaxes(key, -1, -2)), and "
-                          "multiply the weights with value, not value with the weights")
-    if "boolean index did not match" in message or "shape of the mask" in message:
-        raise CheckFailed(f"{name} raised {message}. The mask broadcasts against the scores but "
-                          "need not have their shape: use np.where(mask, scores, -np.inf) "
-                          "(torch: scores.masked_fill(~mask, float('-inf'))) instead of indexing")
+def _finite(got: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(got)))
 
 
-def _sums_to_one(axis: int):
-    def hint(w: np.ndarray) -> str | None:
-        if np.any(w < -1e-6) or not np.allclose(w.sum(axis=axis), 1.0, atol=1e-4):
-            return (f"the values along axis {axis} should be positive and sum to 1: "
-                    "exp of the shifted input, divided by its sum along the same axis")
-        return None
-    return hint
+def _sums_to_one(axis: int) -> str:
+    return (f"the values along axis {axis} should be positive and sum to 1: "
+            "exp of the shifted input, divided by its sum along the same axis")
 
 
-def _far_below(x: np.ndarray, axis: int) -> np.ndarray:
-    """Slices (along axis) whose maximum lies far below the maximum of the whole array."""
-    return np.max(x, axis=axis, keepdims=True) < np.max(x) - 80.0
+def _not_a_distribution(w: np.ndarray, axis: int) -> bool:
+    # (NaN is diagnosed as NaN, not as a sum that is off)
+    return _finite(w) and (bool(np.any(w < -1e-6)) or not np.allclose(w.sum(axis=axis), 1.0, atol=1e-4))
 
 
-def _judge_softmax(got: object, x: np.ndarray, axis: int, what: str, name: str, large: bool) -> None:
-    _raised_hint(got, name)
-    answer = to_array(got, what)
-    expected = _softmax(x, axis)
-    if large and answer.shape == expected.shape and not np.all(np.isfinite(answer)):
-        bad = ~np.isfinite(answer)
-        if np.all(np.broadcast_to(_far_below(x, axis), x.shape)[bad]):
-            raise CheckFailed(
-                f"{what}: NaN or infinity in slices whose scores lie far below the largest score "
-                "of the whole array: it subtracts the maximum of the whole array; subtract the "
-                "maximum along the softmax axis (np.max(x, axis=axis, keepdims=True))")
-        raise CheckFailed(f"{what}: {OVERFLOW}")
-    if np.isneginf(x).any() and answer.shape == expected.shape and not np.all(np.isfinite(answer)):
-        raise CheckFailed(f"{what}: NaN or infinity. An entry of -inf (a masked score) must get weight "
-                          "exactly 0, since exp(-inf - max) = 0: subtract the maximum of the slice, which "
-                          "is finite, not its minimum or mean, which are -inf")
-    axis = axis % x.ndim
-    mistakes = []
-    for other in range(x.ndim):
-        if other == axis:
-            continue
-        if other == x.ndim - 1:
-            message = (f"the softmax runs over the last axis instead of axis {axis}: it ignores the "
-                       "axis argument; pass axis to the max and the sum")
-        else:
-            message = (f"the softmax runs over axis {other} instead of axis {axis}: take the max "
-                       "and the sum along axis (keepdims=True)")
-        mistakes.append((message, _softmax(x, other)))
-    shifted = _quiet(lambda: x - np.max(x, axis=axis, keepdims=True))
-    mistakes += [
-        ("it normalizes over every entry at once; the values along the softmax axis should "
-         "sum to 1: sum along axis with keepdims=True", _quiet(lambda: np.exp(x - x.max()) / np.exp(x - x.max()).sum())),
-        ("it divides by the sum without exponentiating: softmax is exp(x) / sum(exp(x))",
-         _quiet(lambda: x / x.sum(axis=axis, keepdims=True))),
-        ("it returns exp(x - max) without dividing by the sum along the axis", _quiet(np.exp, shifted)),
-        ("it returns log-probabilities (a log-softmax); exponentiate them",
-         _quiet(lambda: shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True)))),
-    ]
-    rtol, atol = (LARGE_RTOL, LARGE_ATOL) if large else (1e-4, 1e-5)
-    judge(answer, expected, what, mistakes, hints=[_sums_to_one(axis)], rtol=rtol, atol=atol)
+def _errors(name: str, examples: dict) -> tuple[Raises, ...]:
+    """The raised-error rules shared by the three exercises, for those with an example."""
+    masks = (", and the mask must broadcast against the scores (np.where(mask, scores, -np.inf))"
+             if name == "scaled_dot_product_attention" else "")
+    inner = ("" if name == "stable_softmax" else
+             " (in this function, or in your stable_softmax if it calls it: fix that one first)")
+    rules = {
+        "broadcast": (r"broadcast", f"{name} raised {{error}}. A max or sum over an axis must keep that "
+                      f"axis (keepdims=True) to broadcast back against its input{inner}{masks}"),
+        "transpose": (r"axes don't match array", f"{name} raised {{error}}: numpy's a.transpose(-2, -1) is "
+                      "not PyTorch's. Swap the last two axes with np.swapaxes(key, -1, -2) (or "
+                      "key.swapaxes(-1, -2), which numpy arrays and torch tensors both have)"),
+        "bool_subtract": (r"boolean subtract|with (a bool tensor|two bool tensors) is not supported",
+                          f"{name} raised {{error}}. The mask is a bool array: invert it with ~mask "
+                          "(or np.logical_not(mask)), not 1 - mask"),
+        "if_mask": (r"truth value of an array|Boolean value of Tensor",
+                    f"{name} raised {{error}}. Test for a missing mask with `if mask is not None:`, not `if mask:`"),
+        "matmul": (r"matmul.*mismatch", f"{name} raised {{error}}. Check the transpose of the keys: on a batch, "
+                   "key.T reverses every axis; swap only the last two (np.swapaxes(key, -1, -2)), and "
+                   "multiply the weights with value, not value with the weights"),
+        "bool_index": (r"boolean index did not match|shape of the mask",
+                       f"{name} raised {{error}}. The mask broadcasts against the scores but need not have "
+                       "their shape: use np.where(mask, scores, -np.inf) (torch: "
+                       "scores.masked_fill(~mask, float('-inf'))) instead of indexing"),
+    }
+    return tuple(Raises(diagnosis, example=examples[kind], match=match)
+                 for kind, (match, diagnosis) in rules.items() if kind in examples)
 
 
-@exercise("softmax-stable_softmax", "stable_softmax")
-def stable_softmax_questions(rng: np.random.Generator) -> list[Question]:
-    name = "stable_softmax"
-    asked = []
+def _large(call: Call) -> bool:
+    """Scores (after a temperature or the scaling) around 1000: the stability questions."""
+    if len(call.args) == 2:  # softmax_with_temperature(scores, T)
+        return bool(np.max(np.abs(call.args[0] / call.args[1])) > 100)
+    if len(call.args) >= 3:  # attention: the scaled scores
+        q, k = call.args[:2]
+        return bool(np.max(np.abs(q @ _swap(k))) / math.sqrt(q.shape[-1]) > 100)
+    return bool(np.max(np.abs(call.args[0][np.isfinite(call.args[0])])) > 100)
 
-    def ask(x: np.ndarray, axis: int | None, large: bool, note: str = "") -> None:
+
+def _judge_loosely_when_large(case: Case) -> None:
+    """judge_case with float32-sized tolerances on the questions with scores around 1000."""
+    if _large(case.call):
+        case = Case(dataclasses.replace(case.spec, rtol=LARGE_RTOL, atol=LARGE_ATOL),
+                    case.call, case.answer, case.expected, case._mistaken)
+    judge_case(case)
+
+
+# ---------------------------------------------------------------------------- stable_softmax
+def _softmax_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(x: np.ndarray, axis: int | None, note: str = "") -> None:
         shown = -1 if axis is None else axis
-        what = f"stable_softmax(x, axis={shown}) for x of shape {x.shape}{note}"
-        kwargs = {} if axis is None else {"axis": axis}
-        asked.append(Question((x,), lambda got: _judge_softmax(got, x, shown, what, name, large), kwargs))
+        calls.append(Call((x,), {} if axis is None else {"axis": axis},
+                          what=f"stable_softmax(x, axis={shown}) for x of shape {x.shape}{note}"))
 
     # 1-2. The default axis, then axis=1 by keyword (sizes 2, 3, 4, 5: every axis shows).
-    ask(rng.normal(scale=2.0, size=(2, 3, 4, 5)), None, False)
-    ask(rng.normal(scale=2.0, size=(2, 3, 4, 5)), 1, False)
+    ask(rng.normal(scale=2.0, size=(2, 3, 4, 5)), None)
+    ask(rng.normal(scale=2.0, size=(2, 3, 4, 5)), 1)
     # 3. Masked scores: -inf entries get weight 0 (every row keeps two finite entries).
     x = rng.normal(scale=2.0, size=(4, 5))
     for row, cols in enumerate([[1], [0, 3], [4], [2, 4]]):
         x[row, rng.permutation(cols)] = -np.inf
-    ask(x, None, False, " with some -inf entries")
+    ask(x, None, " with some -inf entries")
     # 4. Scores around 1000: exp overflows without the shift.
-    ask(1000.0 + rng.normal(scale=3.0, size=(4, 5)), None, True, " with scores around 1000")
+    ask(1000.0 + rng.normal(scale=3.0, size=(4, 5)), None, " with scores around 1000")
     # 5. Slices at very different heights: only a per-slice maximum keeps every one finite.
     x = rng.normal(scale=3.0, size=(4, 6))
     x += np.array([[1000.0], [-1000.0], [0.0], [500.0]])
     x[2, rng.integers(6)] = 995.0 + rng.normal()
-    ask(x, -1, True, " with scores from -1000 to 1000")
-    return asked
+    ask(x, -1, " with scores from -1000 to 1000")
+    return calls
 
 
-def _judge_temperature(got: object, scores: np.ndarray, temperature: float, what: str, large: bool) -> None:
-    _raised_hint(got, "softmax_with_temperature")
-    answer = to_array(got, what)
-    expected = _softmax(scores / temperature)
-    if large and answer.shape == expected.shape and not np.all(np.isfinite(answer)):
-        raise CheckFailed(f"{what}: {OVERFLOW}. Divide by the temperature first, then use your stable_softmax")
-    plain = _softmax(scores)
-    mistakes = [
-        ("it multiplies the scores by the temperature; divide them: softmax(scores / T), so that "
-         "a low temperature sharpens the weights", _softmax(scores * temperature)),
-        ("it ignores the temperature: softmax(scores / T)", plain),
-        ("it divides the weights by T after the softmax; divide the scores before it", plain / temperature),
-        ("it raises the weights to the power 1/T without normalizing them again",
-         _quiet(np.power, plain, 1.0 / temperature)),
-        ("the softmax runs over the first axis; it runs over the keys, the last axis",
-         _softmax(scores / temperature, 0)),
-        ("the softmax runs over axis -2; it runs over the keys, the last axis",
-         _softmax(scores / temperature, -2)),
-        ("it divides by T squared; divide by T once", _softmax(scores / temperature ** 2)),
-    ]
-    rtol, atol = (LARGE_RTOL, LARGE_ATOL) if large else (1e-4, 1e-5)
-    judge(answer, expected, what, mistakes, hints=[_sums_to_one(-1)], rtol=rtol, atol=atol)
+def _shown_axis(call: Call) -> int:
+    return call.kwargs.get("axis", -1)
 
 
-def _judge_bad_temperature(got: object, temperature: float) -> None:
-    what = f"softmax_with_temperature(scores, {temperature})"
-    if isinstance(got, Raised):
-        if got.message.startswith("ValueError"):
-            return
-        if got.message.startswith("NotImplementedError"):
-            value(got, "softmax_with_temperature")  # its own diagnosis
-        raise CheckFailed(f"{what} raised {got.message}; check `temperature <= 0` first and "
-                          "raise ValueError, as the docstring says")
-    raise CheckFailed(f"{what} returned weights; it should raise ValueError, as the docstring says: "
-                      "a temperature must be positive (T -> 0 is the limit argmax, not a number "
-                      "to divide by)")
+def _axis(call: Call) -> int:
+    return call.kwargs.get("axis", -1) % call.args[0].ndim
 
 
-@exercise("softmax-softmax_with_temperature", "softmax_with_temperature")
-def softmax_with_temperature_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
+def _far_below_only(got: np.ndarray, call: Call) -> bool:
+    """The NaN sit only in slices whose maximum lies far below the maximum of the whole array."""
+    x, axis = call.args[0], _axis(call)
+    far = np.broadcast_to(np.max(x, axis=axis, keepdims=True) < np.max(x) - 80.0, x.shape)
+    return bool(np.all(far[~np.isfinite(got)]))
+
+
+def _judge_softmax(case: Case) -> None:
+    """The default judgement, after naming the axis a softmax over the wrong axis took
+    (the axis of this call is in the message, so it is no catalogued mistake)."""
+    x, axis = case.call.args[0], _axis(case.call)
+    got = case.answer
+    if isinstance(got, np.ndarray) and got.shape == x.shape and _finite(got):
+        tol = (LARGE_RTOL, LARGE_ATOL) if _large(case.call) else (RTOL, ATOL)
+        for other in range(x.ndim):
+            if other != axis and not _equal(got, case.expected, *tol) and _equal(got, stable_softmax(x, other), *tol):
+                case.fail(f"the softmax runs over the last axis instead of axis {axis}: it ignores the "
+                          "axis argument; pass axis to the max and the sum" if other == x.ndim - 1 else
+                          f"the softmax runs over axis {other} instead of axis {axis}: take the max "
+                          "and the sum along axis (keepdims=True)")
+    _judge_loosely_when_large(case)
+
+
+def _no_keepdims(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)
+
+
+def _global_max(x, axis=-1):
+    e = np.exp(x - np.max(x))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _min_shift(x, axis=-1):
+    e = np.exp(x - np.min(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+STABLE_SOFTMAX = Spec(
+    id="softmax-stable_softmax",
+    function="stable_softmax",
+    inputs=_softmax_inputs,
+    reference=ref.stable_softmax,
+    judge=_judge_softmax,
+    mistakes=(
+        Mistake("every_entry", "it normalizes over every entry at once; the values along the softmax axis "
+                "should sum to 1: sum along axis with keepdims=True",
+                lambda x, axis=-1: np.exp(x - x.max()) / np.exp(x - x.max()).sum()),
+        Mistake("no_exp", "it divides by the sum without exponentiating: softmax is exp(x) / sum(exp(x))",
+                lambda x, axis=-1: x / x.sum(axis=axis, keepdims=True)),
+        Mistake("no_division", "it returns exp(x - max) without dividing by the sum along the axis",
+                lambda x, axis=-1: np.exp(x - x.max(axis=axis, keepdims=True))),
+        Mistake("log_softmax", "it returns log-probabilities (a log-softmax); exponentiate them",
+                lambda x, axis=-1: (lambda s: s - np.log(np.exp(s).sum(axis=axis, keepdims=True)))(
+                    x - x.max(axis=axis, keepdims=True))),
+    ),
+    diagnosed=(
+        Mistake("axis_0", "the softmax runs over axis 0 instead of axis 3", lambda x, axis=-1: stable_softmax(x, 0)),
+        Mistake("axis_minus_2", "the softmax runs over axis 2 instead of axis 3",
+                lambda x, axis=-1: stable_softmax(x, -2)),
+        Mistake("ignores_axis", "it ignores the axis argument; pass axis to the max and the sum",
+                lambda x, axis=-1: stable_softmax(x)),
+    ),
+    errors=_errors("stable_softmax", {
+        "broadcast": _no_keepdims,
+        "transpose": lambda x, axis=-1: stable_softmax(np.transpose(x, (-2, -1)), axis),
+    }),
+    hints=(
+        # (in this order: a whole-array maximum is one way to overflow, the NaN of a
+        # -inf entry another; a wrong sum is judged only on finite answers)
+        Hint("NaN or infinity in slices whose scores lie far below the largest score of the whole array: "
+             "it subtracts the maximum of the whole array; subtract the maximum along the softmax axis "
+             "(np.max(x, axis=axis, keepdims=True))",
+             lambda got, call: _large(call) and not _finite(got) and _far_below_only(got, call),
+             example=_global_max),
+        Hint(OVERFLOW, lambda got, call: _large(call) and not _finite(got), example=_naive),
+        Hint("NaN or infinity. An entry of -inf (a masked score) must get weight exactly 0, since "
+             "exp(-inf - max) = 0: subtract the maximum of the slice, which is finite, not its minimum or "
+             "mean, which are -inf",
+             lambda got, call: bool(np.isneginf(call.args[0]).any()) and not _finite(got), example=_min_shift),
+        Hint(_sums_to_one(-1), lambda got, call: _shown_axis(call) == -1 and _not_a_distribution(got, -1),
+             example=lambda x, axis=-1: stable_softmax(x, axis) + 0.01),
+        Hint(_sums_to_one(1), lambda got, call: _shown_axis(call) == 1 and _not_a_distribution(got, 1),
+             example=lambda x, axis=-1: stable_softmax(x, axis) * (0.9 if axis == 1 else 1.0)),
+    ),
+)
+
+
+# ---------------------------------------------------------------------- softmax_with_temperature
+def _temperature_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
     for shape, temperature, large in [((2, 4, 5), float(rng.uniform(0.3, 0.6)), False),
                                       ((3, 4, 5), float(rng.uniform(2.5, 4.0)), False),
                                       ((4, 5), 0.05, True)]:
@@ -203,124 +233,90 @@ def softmax_with_temperature_questions(rng: np.random.Generator) -> list[Questio
         # The diagnosis describes the hidden temperature; it does not print it.
         note = (", scores / T around 1000" if large else
                 f", a temperature {'below' if temperature < 1 else 'above'} 1")
-        what = f"softmax_with_temperature(scores, T) for scores of shape {shape}{note}"
-        asked.append(Question((scores, temperature), lambda got, s=scores, t=temperature, w=what, l=large:
-                              _judge_temperature(got, s, t, w, l)))
+        calls.append(Call((scores, temperature),
+                          what=f"softmax_with_temperature(scores, T) for scores of shape {shape}{note}"))
     for temperature in (0.0, -1.0):
-        asked.append(Question((rng.normal(size=(4, 5)), temperature),
-                              lambda got, t=temperature: _judge_bad_temperature(got, t)))
-    return asked
+        calls.append(Call((rng.normal(size=(4, 5)), temperature), raises="ValueError",
+                          what=f"softmax_with_temperature(scores, {temperature})"))
+    return calls
 
 
-def _attention(q, k, v, mask=None, *, divisor=None, fill=-np.inf, axis=-1, after=None):
-    """Attention with knobs for the known mistakes; the defaults are the reference.
-
-    divisor: what the scores are divided by (default sqrt(d_k)); fill: the masked scores'
-    value; axis: the softmax axis; after: "mask" multiplies the weights by the mask after
-    the softmax, "scale" divides the weights by sqrt(d_k) after an unscaled softmax.
-    """
-    with np.errstate(all="ignore"):
-        d_k = q.shape[-1]
-        scores = q @ np.swapaxes(k, -1, -2)
-        if after != "scale":
-            scores = scores / (np.sqrt(d_k) if divisor is None else divisor)
-        if mask is not None and after != "mask":
-            scores = np.where(mask, scores, fill)
-        weights = _softmax(scores, axis)
-        if after == "mask":
-            weights = weights * mask
-        if after == "scale":
-            weights = weights / np.sqrt(d_k)
-        return weights @ v, weights
+def _judge_temperature(case: Case) -> None:
+    """A temperature <= 0 must raise ValueError (T -> 0 is the limit argmax, not a number)."""
+    if case.call.raises and not hasattr(case.answer, "message"):
+        raise CheckFailed(f"{case.what} returned weights; it should raise ValueError, as the docstring says: "
+                          "a temperature must be positive (T -> 0 is the limit argmax, not a number to divide by)")
+    _judge_loosely_when_large(case)
 
 
-def _judge_attention(got: object, q, k, v, mask, what: str, large: bool = False) -> None:
-    name = "scaled_dot_product_attention"
-    _raised_hint(got, name)
-    got = value(got, name)
-    if not isinstance(got, tuple) or len(got) != 2:
-        kind = f"a tuple of {len(got)} items" if isinstance(got, tuple) else "one array"
-        raise CheckFailed(f"{what} should return a tuple (output, weights), but it returns {kind}")
-    output, weights = _attention(q, k, v, mask)
-    first, second = (to_array(a, what) for a in got)
-    if first.shape == weights.shape and second.shape == output.shape:
-        raise CheckFailed(f"{what} returns (weights, output); return (output, weights)")
-    if large and first.shape == output.shape and second.shape == weights.shape and not (
-            np.all(np.isfinite(first)) and np.all(np.isfinite(second))):
-        raise CheckFailed(f"{what}: {OVERFLOW}. Use your stable_softmax")
-    allowed = np.broadcast_to(mask, weights.shape) if mask is not None else None
-    if mask is not None and second.shape == weights.shape and not np.all(np.isfinite(second)):
-        bad_rows = np.any(~np.isfinite(second), axis=-1)
-        if np.all(np.all(allowed, axis=-1)[bad_rows]):
-            raise CheckFailed(f"the weights of {what} are NaN in rows where every key may be attended "
-                              "to, as if every key were masked: the mask is inverted. True means the "
-                              "query may attend to the key; fill the scores where the mask is False")
-        raise CheckFailed(f"the weights of {what} contain NaN or infinity. Multiplying -inf by 0 (as in "
-                          "scores * mask + (~mask) * -inf) gives NaN: use np.where(mask, scores, -np.inf)")
-
-    d_k, q_len, k_len, d_v = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
-    sizes = {"q_len": q_len, "k_len": k_len, "d_v": d_v}
-    if q.ndim == 4:  # (batch, heads, len, d_k): d_model = h * d_k, the width of all heads together
-        sizes["d_model = h * d_k"] = q.shape[1] * d_k
-    mistakes = []
-    if mask is not None:
-        mistakes += [
-            ("it ignores the mask: fill the scores where the mask is False with -inf (or a large "
-             "negative number) before the softmax", _attention(q, k, v)[1]),
-            ("the mask is inverted: True means the query may attend to the key; fill the scores "
-             "where the mask is False (np.where(mask, scores, -np.inf))", _attention(q, k, v, ~mask)[1]),
-            ("it sets the masked scores to 0, but exp(0) = 1 still gives those keys weight: fill "
-             "them with -inf (or a large negative number such as -1e9)", _attention(q, k, v, mask, fill=0.0)[1]),
-            ("it masks after the softmax, so the rows no longer sum to 1: fill the scores with -inf "
-             "before the softmax", _attention(q, k, v, mask, after="mask")[1]),
-        ]
-    mistakes += [
-        ("it does not scale the scores: divide Q K^T by sqrt(d_k) before the softmax",
-         _attention(q, k, v, mask, divisor=1.0)[1]),
-        ("it divides the scores by d_k; divide by the square root of d_k",
-         _attention(q, k, v, mask, divisor=float(d_k))[1]),
-        ("it multiplies the scores by sqrt(d_k); divide by it", _attention(q, k, v, mask, divisor=d_k ** -0.5)[1]),
-        ("it scales after the softmax; divide the scores by sqrt(d_k) before it",
-         _attention(q, k, v, mask, after="scale")[1]),
-    ]
-    for size_name, size in sizes.items():
-        mistakes.append((f"it divides the scores by sqrt({size_name} = {size}); d_k is the last axis of "
-                         "query and key (query.shape[-1])", _attention(q, k, v, mask, divisor=np.sqrt(size))[1]))
-        if "d_model" in size_name:
-            mistakes.append((f"it divides the scores by {size_name} = {size}; divide by sqrt(d_k), "
-                             "d_k = query.shape[-1]", _attention(q, k, v, mask, divisor=float(size))[1]))
-    mistakes.append(("the softmax runs over the query axis (-2); each query's weights over the keys "
-                     "must sum to 1: softmax over the last axis", _attention(q, k, v, mask, axis=-2)[1]))
-    for axis in range(q.ndim - 2):
-        mistakes.append((f"the softmax runs over axis {axis} ({'batch' if axis == 0 else 'heads'}); "
-                         "the keys are the last axis: softmax over axis=-1", _attention(q, k, v, mask, axis=axis)[1]))
-
-    def masked_keys_get_weight(w: np.ndarray) -> str | None:
-        if allowed is None or not np.any(w[~allowed] > 1e-6):
-            return None
-        if w[~allowed].sum() > w[allowed].sum():
-            return ("most of the weight sits on keys the mask forbids: the mask is inverted. True "
-                    "means the query may attend to the key; fill where the mask is False")
-        return "keys where the mask is False get weight: fill their scores with -inf before the softmax"
-
-    rtol, atol = (LARGE_RTOL, LARGE_ATOL) if large else (1e-4, 1e-5)
-    judge(second, weights, f"the weights of {what}", mistakes,
-          hints=[masked_keys_get_weight, _sums_to_one(-1)], rtol=rtol, atol=atol)
-    if first.shape == output.shape[:-1] + (d_k,) and d_k != d_v:
-        raise CheckFailed(f"the output of {what} has shape {first.shape}, d_k at the end: it averages "
-                          "the keys; average the values (weights @ value)")
-    judge(first, output, f"the output of {what}", [
-        ("it divides the output by sqrt(d_k); only the scores are scaled", output / np.sqrt(d_k)),
-        ("it averages the values with the raw scores; use the softmax weights",
-         _quiet(lambda: (q @ np.swapaxes(k, -1, -2) / np.sqrt(d_k)) @ v)),
-    ], rtol=rtol, atol=atol)
+def _checked(fn):
+    """A learner-style temperature softmax that rejects T <= 0 as the docstring asks, then does ``fn``."""
+    def softmax_with_temperature(scores, temperature):
+        if temperature <= 0:
+            raise ValueError("temperature must be positive")
+        return fn(scores, temperature)
+    return softmax_with_temperature
 
 
-@exercise("softmax-scaled_dot_product_attention", "scaled_dot_product_attention")
-def scaled_dot_product_attention_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
+def _no_check(scores, temperature):
+    return stable_softmax(scores / temperature)
 
-    def ask(q, k, v, mask, how: str, note: str, large: bool = False) -> None:
+
+def _only_zero(scores, temperature):
+    if temperature == 0:
+        raise ValueError("temperature must not be 0")
+    return stable_softmax(scores / temperature)
+
+
+def _asserts(scores, temperature):
+    assert temperature > 0
+    return stable_softmax(scores / temperature)
+
+
+SOFTMAX_WITH_TEMPERATURE = Spec(
+    id="softmax-softmax_with_temperature",
+    function="softmax_with_temperature",
+    inputs=_temperature_inputs,
+    reference=ref.softmax_with_temperature,
+    judge=_judge_temperature,
+    mistakes=(
+        Mistake("multiplies", "it multiplies the scores by the temperature; divide them: softmax(scores / T), "
+                "so that a low temperature sharpens the weights", _checked(lambda s, t: stable_softmax(s * t))),
+        Mistake("ignores_t", "it ignores the temperature: softmax(scores / T)",
+                _checked(lambda s, t: stable_softmax(s))),
+        Mistake("weights_over_t", "it divides the weights by T after the softmax; divide the scores before it",
+                _checked(lambda s, t: stable_softmax(s) / t)),
+        Mistake("power", "it raises the weights to the power 1/T without normalizing them again",
+                _checked(lambda s, t: stable_softmax(s) ** (1.0 / t))),
+        Mistake("first_axis", "the softmax runs over the first axis; it runs over the keys, the last axis",
+                _checked(lambda s, t: stable_softmax(s / t, 0))),
+        Mistake("axis_minus_2", "the softmax runs over axis -2; it runs over the keys, the last axis",
+                _checked(lambda s, t: stable_softmax(s / t, -2))),
+        Mistake("t_squared", "it divides by T squared; divide by T once", _checked(lambda s, t: stable_softmax(s / t ** 2))),
+    ),
+    diagnosed=(
+        Mistake("no_check", "should raise ValueError, as the docstring says", _no_check),
+        Mistake("only_zero", "softmax_with_temperature(scores, -1.0) returned weights", _only_zero),
+    ),
+    errors=(
+        # (first: on a temperature <= 0 any error but ValueError is the wrong one)
+        Raises("{what} raised {error}; check `temperature <= 0` first and raise ValueError, as the "
+               "docstring says", example=_asserts, when=lambda call: bool(call.raises)),
+    ) + _errors("softmax_with_temperature", {"broadcast": _checked(lambda s, t: _no_keepdims(s / t))}),
+    hints=(
+        Hint(f"{OVERFLOW}. Divide by the temperature first, then use your stable_softmax",
+             lambda got, call: _large(call) and not _finite(got), example=_checked(lambda s, t: _naive(s / t))),
+        Hint(_sums_to_one(-1), lambda got, call: _not_a_distribution(got, -1),
+             example=_checked(lambda s, t: stable_softmax(s / t) * 0.9)),
+    ),
+)
+
+
+# ------------------------------------------------------------------ scaled_dot_product_attention
+def _attention_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(q, k, v, mask, how: str, note: str) -> None:
         what = (f"scaled_dot_product_attention(query, key, value{', mask' if mask is not None else ''}) "
                 f"for query {q.shape}, key {k.shape}, value {v.shape}{note}")
         args, kwargs = (q, k, v), {}
@@ -328,7 +324,7 @@ def scaled_dot_product_attention_questions(rng: np.random.Generator) -> list[Que
             args = (q, k, v, mask)
         elif how == "keyword":
             kwargs = {"mask": mask}
-        asked.append(Question(args, lambda got: _judge_attention(got, q, k, v, mask, what, large), kwargs))
+        calls.append(Call(args, kwargs, what=what))
 
     def qkv(batch: tuple, q_len: int, k_len: int, d_k: int = 6, d_v: int = 7):
         return (rng.normal(size=batch + (q_len, d_k)), rng.normal(size=batch + (k_len, d_k)),
@@ -355,6 +351,211 @@ def scaled_dot_product_attention_questions(rng: np.random.Generator) -> list[Que
     # 5. Scaled scores around 1000 (a shared large component in dimension 0), mask=None by keyword.
     q, k, v = qkv((2, 3), 4, 5)
     q[..., 0] = k[..., 0] = np.sqrt(1000.0 * np.sqrt(6))
-    asked_large = (q, k, v)
-    ask(*asked_large, None, "keyword", ", scaled scores around 1000", large=True)
-    return asked
+    ask(q, k, v, None, "keyword", ", scaled scores around 1000")
+    return calls
+
+
+def _mask_of(call: Call) -> np.ndarray | None:
+    return call.args[3] if len(call.args) > 3 else call.kwargs.get("mask")
+
+
+def _attention(divisor=None, fill=-np.inf, axis=-1, after=None, invert=False, use_mask=True):
+    """A learner's attention with one thing changed: ``divisor(query, key, value)`` of the
+    scores (default sqrt(d_k)), the masked scores' ``fill``, the softmax ``axis``; ``after``
+    "mask" multiplies the weights by the mask after the softmax, "scale" divides the weights
+    by sqrt(d_k) after an unscaled softmax."""
+    def scaled_dot_product_attention(query, key, value, mask=None):
+        d_k = query.shape[-1]
+        scores = query @ _swap(key)
+        if after != "scale":
+            scores = scores / (math.sqrt(d_k) if divisor is None else divisor(query, key, value))
+        if mask is not None and use_mask and after != "mask":
+            scores = np.where(~mask if invert else mask, scores, fill)
+        weights = stable_softmax(scores, axis)
+        if after == "mask" and mask is not None:
+            weights = weights * mask
+        if after == "scale":
+            weights = weights / math.sqrt(d_k)
+        return weights @ value, weights
+    return scaled_dot_product_attention
+
+
+def _judge_attention(case: Case) -> None:
+    """Swapped or NaN answers by their shapes and rows, then each part (the weights first)
+    against the same part of every catalogued mistake, then the default judgement."""
+    what, answer, (output, weights) = case.what, case.answer, case.expected
+    if isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, np.ndarray) for a in answer):
+        first, second = (a.astype(np.float64) for a in answer)
+        if first.shape == weights.shape and second.shape == output.shape:
+            raise CheckFailed(f"{what} returns (weights, output); return (output, weights)")
+        if _large(case.call) and first.shape == output.shape and second.shape == weights.shape and not (
+                _finite(first) and _finite(second)):
+            case.fail(f"{OVERFLOW}. Use your stable_softmax")
+        mask = _mask_of(case.call)
+        if mask is not None and second.shape == weights.shape and not _finite(second):
+            bad_rows = np.any(~np.isfinite(second), axis=-1)
+            if np.all(np.all(np.broadcast_to(mask, weights.shape), axis=-1)[bad_rows]):
+                raise CheckFailed(f"the weights of {what} are NaN in rows where every key may be attended "
+                                  "to, as if every key were masked: the mask is inverted. True means the "
+                                  "query may attend to the key; fill the scores where the mask is False")
+            raise CheckFailed(f"the weights of {what} contain NaN or infinity. Multiplying -inf by 0 (as in "
+                              "scores * mask + (~mask) * -inf) gives NaN: use np.where(mask, scores, -np.inf)")
+        tol = (LARGE_RTOL, LARGE_ATOL) if _large(case.call) else (RTOL, ATOL)
+        for i, part, right in ((1, second, weights), (0, first, output)):
+            if _equal(part, right, *tol):
+                continue
+            for mistake, wrong in case.mistaken():
+                if isinstance(wrong, tuple) and len(wrong) == 2 and _equal(part, wrong[i], *tol):
+                    raise CheckFailed(f"the {case.spec.parts[i]} of {what}: {mistake.diagnosis}")
+            d_k, d_v = case.call.args[0].shape[-1], output.shape[-1]
+            if i == 0 and first.shape == output.shape[:-1] + (d_k,) and d_k != d_v:
+                raise CheckFailed(f"the output of {what} has shape {first.shape}, d_k at the end: it averages "
+                                  "the keys; average the values (weights @ value)")
+            break
+    _judge_loosely_when_large(case)
+
+
+def _masked_keys_get_weight(w: np.ndarray, call: Call) -> bool:
+    mask = _mask_of(call)
+    return mask is not None and bool(np.any(w[~np.broadcast_to(mask, w.shape)] > 1e-6))
+
+
+def _mostly_forbidden(w: np.ndarray, call: Call) -> bool:
+    if not _masked_keys_get_weight(w, call):
+        return False
+    allowed = np.broadcast_to(_mask_of(call), w.shape)
+    return bool(w[~allowed].sum() > w[allowed].sum())
+
+
+def _softmax_without_keepdims_attention(query, key, value, mask=None):
+    scores = query @ _swap(key) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = _no_keepdims(scores)
+    return weights @ value, weights
+
+
+def _one_minus_bool(query, key, value, mask=None):
+    scores = query @ _swap(key) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores + (True - mask) * -1e9  # bool - bool: numpy and torch refuse
+    weights = stable_softmax(scores)
+    return weights @ value, weights
+
+
+def _if_mask(query, key, value, mask=None):
+    scores = query @ _swap(key) / math.sqrt(query.shape[-1])
+    if mask:
+        scores = np.where(mask, scores, -np.inf)
+    weights = stable_softmax(scores)
+    return weights @ value, weights
+
+
+def _bool_index(query, key, value, mask=None):
+    scores = query @ _swap(key) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores[~mask] = -np.inf  # needs a mask of the scores' own shape
+    weights = stable_softmax(scores)
+    return weights @ value, weights
+
+
+def _multiply_fill(query, key, value, mask=None):
+    scores = query @ _swap(key) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores * mask + (~mask) * -np.inf  # 0 * -inf = NaN
+    weights = stable_softmax(scores)
+    return weights @ value, weights
+
+
+def _averages_keys(query, key, value, mask=None):
+    _, weights = ref.scaled_dot_product_attention(query, key, value, mask)
+    return weights @ key, weights
+
+
+def _inverts_causal_only(query, key, value, mask=None):
+    """Inverts a square mask (triu for tril), so its last row masks every key."""
+    flip = mask is not None and mask.ndim == 2
+    return _attention(invert=flip)(query, key, value, mask)
+
+
+SCALED_DOT_PRODUCT_ATTENTION = Spec(
+    id="softmax-scaled_dot_product_attention",
+    function="scaled_dot_product_attention",
+    inputs=_attention_inputs,
+    reference=ref.scaled_dot_product_attention,
+    parts=("output", "weights"),
+    order=(1, 0),  # the output follows from the weights: judge the weights first
+    judge=_judge_attention,
+    mistakes=(
+        Mistake("ignores_mask", "it ignores the mask: fill the scores where the mask is False with -inf (or a "
+                "large negative number) before the softmax", _attention(use_mask=False)),
+        Mistake("inverted", "the mask is inverted: True means the query may attend to the key; fill the scores "
+                "where the mask is False (np.where(mask, scores, -np.inf))", _attention(invert=True)),
+        Mistake("fill_0", "it sets the masked scores to 0, but exp(0) = 1 still gives those keys weight: fill "
+                "them with -inf (or a large negative number such as -1e9)", _attention(fill=0.0)),
+        Mistake("mask_after", "it masks after the softmax, so the rows no longer sum to 1: fill the scores with "
+                "-inf before the softmax", _attention(after="mask")),
+        Mistake("unscaled", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the softmax",
+                _attention(divisor=lambda q, k, v: 1.0)),
+        Mistake("by_d_k", "it divides the scores by d_k; divide by the square root of d_k",
+                _attention(divisor=lambda q, k, v: q.shape[-1])),
+        Mistake("times_sqrt", "it multiplies the scores by sqrt(d_k); divide by it",
+                _attention(divisor=lambda q, k, v: q.shape[-1] ** -0.5)),
+        Mistake("scale_after", "it scales after the softmax; divide the scores by sqrt(d_k) before it",
+                _attention(after="scale")),
+        # The sizes named are those of the first question (batch 2, heads 3, q_len 4, k_len 5,
+        # d_k 6, d_v 7), which every one of these mistakes fails.
+        Mistake("sqrt_q_len", "it divides the scores by sqrt(q_len = 4); d_k is the last axis of query and key "
+                "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(q.shape[-2]))),
+        Mistake("sqrt_k_len", "it divides the scores by sqrt(k_len = 5); d_k is the last axis of query and key "
+                "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(k.shape[-2]))),
+        Mistake("sqrt_d_v", "it divides the scores by sqrt(d_v = 7); d_k is the last axis of query and key "
+                "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(v.shape[-1]))),
+        Mistake("sqrt_d_model", "it divides the scores by sqrt(d_model = h * d_k = 18); d_k is the last axis of "
+                "query and key (query.shape[-1])",
+                _attention(divisor=lambda q, k, v: math.sqrt(q.shape[1] * q.shape[-1]))),
+        Mistake("by_d_model", "it divides the scores by d_model = h * d_k = 18; divide by sqrt(d_k), "
+                "d_k = query.shape[-1]", _attention(divisor=lambda q, k, v: q.shape[1] * q.shape[-1])),
+        Mistake("query_axis", "the softmax runs over the query axis (-2); each query's weights over the keys "
+                "must sum to 1: softmax over the last axis", _attention(axis=-2)),
+        Mistake("batch_axis", "the softmax runs over axis 0 (batch); the keys are the last axis: softmax over "
+                "axis=-1", _attention(axis=0)),
+        Mistake("heads_axis", "the softmax runs over axis 1 (heads); the keys are the last axis: softmax over "
+                "axis=-1", _attention(axis=1)),
+        Mistake("output_scaled", "it divides the output by sqrt(d_k); only the scores are scaled",
+                lambda q, k, v, mask=None: (lambda o, w: (o / math.sqrt(q.shape[-1]), w))(
+                    *ref.scaled_dot_product_attention(q, k, v, mask))),
+        Mistake("output_with_scores", "it averages the values with the raw scores; use the softmax weights",
+                lambda q, k, v, mask=None: ((q @ _swap(k) / math.sqrt(q.shape[-1])) @ v,
+                                            ref.scaled_dot_product_attention(q, k, v, mask)[1])),
+    ),
+    diagnosed=(
+        Mistake("swapped", "returns (weights, output); return (output, weights)",
+                lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, k, v, mask)[::-1]),
+        Mistake("naive_exp", OVERFLOW, lambda q, k, v, mask=None: (lambda w: (w @ v, w))(
+            _naive(np.where(True if mask is None else mask, q @ _swap(k) / math.sqrt(q.shape[-1]), -np.inf)))),
+        Mistake("inverted_nan", "are NaN in rows where every key may be attended to", _inverts_causal_only),
+        Mistake("multiply_fill", "Multiplying -inf by 0", _multiply_fill),
+        Mistake("averages_keys", "d_k at the end: it averages the keys", _averages_keys),
+    ),
+    errors=_errors("scaled_dot_product_attention", {
+        "broadcast": _softmax_without_keepdims_attention,
+        "transpose": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, np.transpose(k, (-2, -1)), v, mask),
+        "bool_subtract": _one_minus_bool,
+        "if_mask": _if_mask,
+        "matmul": lambda q, k, v, mask=None: q @ np.transpose(k),  # .T reverses every axis
+        "bool_index": _bool_index,
+    }),
+    hints=(
+        Hint("most of the weight sits on keys the mask forbids: the mask is inverted. True means the query may "
+             "attend to the key; fill where the mask is False", _mostly_forbidden,
+             example=_attention(invert=True, fill=-3.0), part=1),
+        Hint("keys where the mask is False get weight: fill their scores with -inf before the softmax",
+             _masked_keys_get_weight, example=_attention(fill=-3.0), part=1),
+        Hint(_sums_to_one(-1), lambda got, call: _not_a_distribution(got, -1),
+             example=lambda q, k, v, mask=None: (lambda o, w: (o * 0.9, w * 0.9))(
+                 *ref.scaled_dot_product_attention(q, k, v, mask)), part=1),
+    ),
+)
+
+SPECS = (STABLE_SOFTMAX, SOFTMAX_WITH_TEMPERATURE, SCALED_DOT_PRODUCT_ATTENTION)
