@@ -1,4 +1,4 @@
-"""Hidden checks of notebook 03, masking.
+"""Hidden checks of notebook 03, masking: the specs of its six exercises.
 
 One convention throughout: a mask is boolean and **True = may attend** (False = masked
 out), as in ``torch.nn.functional.scaled_dot_product_attention``'s boolean
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import CheckFailed, Question, close, exercise, judge, to_array, value
+from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, close, judge_case, to_array
+from .reference import masking as ref
+from .reference.softmax import stable_softmax
 
 # Masked scores must be at most this (or -inf) when the default fill is used: e^-1e4
 # is 0 in float64, so the masked keys get no weight after the softmax.
@@ -26,13 +28,12 @@ INVERTED = ("it is inverted: True marks the positions to ignore (the convention 
             "nn.MultiheadAttention key_padding_mask); in this course True = may attend")
 
 
-def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+def _mask_values(answer: object, call: Call, what: str) -> np.ndarray:
+    """A mask answer as float64 0/1.
 
-
-def _mask_values(answer: object, what: str) -> np.ndarray:
-    """A mask answer as float64 0/1, or a diagnosis when it holds other values."""
+    Raises:
+        CheckFailed: the answer holds -inf (an additive mask) or values other than 0 and 1.
+    """
     got = to_array(answer, what)
     if np.any(np.isneginf(got)):
         raise CheckFailed(
@@ -51,47 +52,54 @@ def _lengths(rng: np.random.Generator, batch: int, low: int, high: int, must: tu
     return rng.permutation(np.array(picked, dtype=np.int64))
 
 
-def _prefix(lengths: np.ndarray, size: int) -> np.ndarray:
-    return np.arange(size)[None, :] < lengths[:, None]
+def _positions(size: int) -> np.ndarray:
+    return np.arange(size)[None, :]
 
 
-# ---------------------------------------------------------------------------------------
-@exercise("masking-padding_mask_from_lengths", "padding_mask_from_lengths")
-def padding_mask_from_lengths_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
+# ------------------------------------------------------------------ padding_mask_from_lengths
+def _lengths_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
     # batch 3 padded to 7, every sequence shorter than max_len; then batch 4 padded to 5,
     # with one full-length sequence and one of length 1, max_len passed by keyword.
     for batch, max_len, must, by_keyword in [(3, 7, (), False), (4, 5, (1, 5), True)]:
         lengths = _lengths(rng, batch, 1, max_len if must else max_len - 1, must)
-        expected = _prefix(lengths, max_len)
         what = f"padding_mask_from_lengths(lengths, max_len) for {batch} lengths and max_len {max_len}"
-        mistakes = [
-            (INVERTED, ~expected),
-            ("one True too many in each row (lengths off by one): a sequence of length n fills "
-             "positions 0 .. n-1, so position n is already padding: compare position < length, "
-             "not <=", _prefix(lengths + 1, max_len)),
-            ("one True too few in each row (lengths off by one): the last real token is masked; "
-             "positions are 0-based, a sequence of length n fills positions 0 .. n-1",
-             _prefix(lengths - 1, max_len)),
-            ("it has one row per position and one column per sequence; the mask is "
-             "(batch, max_len): one row per sequence, np.arange(max_len)[None, :] < "
-             "lengths[:, None]", expected.T),
-        ]
-        if lengths.max() < max_len:
-            mistakes.append(("it has only max(lengths) columns; the mask must have max_len "
-                             "columns, the padded length of the batch, which can be longer "
-                             "than the longest sequence", expected[:, :lengths.max()]))
-
-        def verify(got, expected=expected, what=what, mistakes=mistakes) -> None:
-            judge(_mask_values(got, what), expected, what, mistakes)
-
-        kwargs = {"max_len": max_len} if by_keyword else {}
-        args = (lengths,) if by_keyword else (lengths, max_len)
-        asked.append(Question(args, verify, kwargs))
-    return asked
+        calls.append(Call((lengths,), {"max_len": max_len}, what=what) if by_keyword
+                     else Call((lengths, max_len), what=what))
+    return calls
 
 
-# ---------------------------------------------------------------------------------------
+PADDING_MASK_FROM_LENGTHS = Spec(
+    id="masking-padding_mask_from_lengths",
+    function="padding_mask_from_lengths",
+    inputs=_lengths_inputs,
+    reference=ref.padding_mask_from_lengths,
+    prepare=_mask_values,
+    mistakes=(
+        Mistake("inverted", INVERTED, lambda lengths, max_len: _positions(max_len) >= lengths[:, None]),
+        Mistake("one_too_many", "one True too many in each row (lengths off by one): a sequence of length n "
+                "fills positions 0 .. n-1, so position n is already padding: compare position < length, "
+                "not <=", lambda lengths, max_len: _positions(max_len) <= lengths[:, None]),
+        Mistake("one_too_few", "one True too few in each row (lengths off by one): the last real token is "
+                "masked; positions are 0-based, a sequence of length n fills positions 0 .. n-1",
+                lambda lengths, max_len: _positions(max_len) < lengths[:, None] - 1),
+        Mistake("transposed", "it has one row per position and one column per sequence; the mask is "
+                "(batch, max_len): one row per sequence, np.arange(max_len)[None, :] < lengths[:, None]",
+                lambda lengths, max_len: np.arange(max_len)[:, None] < lengths[None, :]),
+        Mistake("longest_only", "it has only max(lengths) columns; the mask must have max_len columns, the "
+                "padded length of the batch, which can be longer than the longest sequence",
+                lambda lengths, max_len: _positions(lengths.max()) < lengths[:, None]),
+    ),
+    diagnosed=(
+        Mistake("additive", "holds -inf: that is an additive float mask",
+                lambda lengths, max_len: np.where(_positions(max_len) < lengths[:, None], 0.0, -np.inf)),
+        Mistake("other_values", "should hold only True/False (or 1/0)",
+                lambda lengths, max_len: (_positions(max_len) < lengths[:, None]) * 2.0),
+    ),
+)
+
+
+# ----------------------------------------------------------------------- padding_mask_from_ids
 def _token_ids(rng: np.random.Generator, lengths: np.ndarray, seq_len: int, pad_id: int,
                left: bool) -> np.ndarray:
     """Token ids with pad_id after (or before) each sequence; 0 is a real token in each row."""
@@ -107,144 +115,169 @@ def _token_ids(rng: np.random.Generator, lengths: np.ndarray, seq_len: int, pad_
     return ids
 
 
-@exercise("masking-padding_mask_from_ids", "padding_mask_from_ids")
-def padding_mask_from_ids_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
+def _ids_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
     # right padding (batch 3, length 6), then left padding (batch 2, length 5) with
     # pad_id by keyword; pad_id is never 0 and id 0 is a real token.
     for batch, seq_len, left in [(3, 6, False), (2, 5, True)]:
         pad_id = int(rng.integers(1, 4))
-        lengths = _lengths(rng, batch, 2, seq_len - 1)
-        ids = _token_ids(rng, lengths, seq_len, pad_id, left)
-        expected = ids != pad_id
-        side = "left" if left else "right"
-        what = f"padding_mask_from_ids(token_ids, pad_id) for {side}-padded token ids {ids.shape}"
-        mistakes = [
-            (INVERTED + ": token_ids != pad_id", ~expected),
-            ("it treats token id 0 as padding; the padding token is pad_id, which need not "
-             "be 0 (id 0 is a real token here): compare with pad_id", ids != 0),
-            ("it treats token id 0 as padding and marks pad tokens as real; compare with "
-             "pad_id: token_ids != pad_id", ids == 0),
-        ]
-        if left:
-            mistakes += [
-                ("it assumes the padding is at the end of each row (it builds a prefix from a "
-                 "count or from the first pad); pads can sit anywhere, for example on the "
-                 "left: compare every position with pad_id", _prefix(expected.sum(axis=1), seq_len)),
-                ("it assumes the padding is at the end of each row (everything after the first "
-                 "pad is masked); pads can sit anywhere, for example on the left: compare "
-                 "every position with pad_id", np.cumprod(expected, axis=1)),
-            ]
-
-        def verify(got, expected=expected, what=what, mistakes=mistakes) -> None:
-            judge(_mask_values(got, what), expected, what, mistakes)
-
-        asked.append(Question((ids,), verify, {"pad_id": pad_id}) if left
-                     else Question((ids, pad_id), verify))
-    return asked
+        ids = _token_ids(rng, _lengths(rng, batch, 2, seq_len - 1), seq_len, pad_id, left)
+        what = (f"padding_mask_from_ids(token_ids, pad_id) for {'left' if left else 'right'}-padded "
+                f"token ids {ids.shape}")
+        calls.append(Call((ids,), {"pad_id": pad_id}, what=what) if left else Call((ids, pad_id), what=what))
+    return calls
 
 
-# ---------------------------------------------------------------------------------------
-@exercise("masking-causal_mask", "causal_mask")
-def causal_mask_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
-    for size in [5, int(rng.integers(6, 9))]:
-        ones = np.ones((size, size), dtype=bool)
-        expected = np.tril(ones)
-        what = f"causal_mask({size})"
-        mistakes = [
-            ("it masks the diagonal (off by one on the diagonal, a strict triangle): every "
-             "token may attend to itself, so keep j <= i: np.tril(..., k=0)", np.tril(ones, k=-1)),
-            ("it lets each token see the next one (off by one on the diagonal): query i may "
-             "attend to keys j <= i only: np.tril(..., k=0)", np.tril(ones, k=1)),
-            ("it is inverted: True marks the future positions to hide (the convention of "
-             "PyTorch's nn.MultiheadAttention attn_mask); in this course True = may attend: "
-             "the lower triangle with its diagonal", np.triu(ones, k=1)),
-            ("it is the upper triangle, transposed: row i is query i and may attend to keys "
-             "(columns) j <= i, on and below the diagonal", np.triu(ones)),
-            ("it allows everything; a causal mask hides the future (above the diagonal)", ones),
-        ]
+_RIGHT_PADDING_ONLY = ("it assumes the padding is at the end of each row ({how}); pads can sit anywhere, for "
+                       "example on the left: compare every position with pad_id")
 
-        def verify(got, expected=expected, what=what, mistakes=mistakes) -> None:
-            judge(_mask_values(got, what), expected, what, mistakes)
-
-        asked.append(Question((size,), verify))
-    return asked
+PADDING_MASK_FROM_IDS = Spec(
+    id="masking-padding_mask_from_ids",
+    function="padding_mask_from_ids",
+    inputs=_ids_inputs,
+    reference=ref.padding_mask_from_ids,
+    prepare=_mask_values,
+    mistakes=(
+        Mistake("inverted", INVERTED + ": token_ids != pad_id", lambda ids, pad_id: ids == pad_id),
+        Mistake("zero_is_padding", "it treats token id 0 as padding; the padding token is pad_id, which need not "
+                "be 0 (id 0 is a real token here): compare with pad_id", lambda ids, pad_id: ids != 0),
+        Mistake("zero_is_padding_inverted", "it treats token id 0 as padding and marks pad tokens as real; "
+                "compare with pad_id: token_ids != pad_id", lambda ids, pad_id: ids == 0),
+        Mistake("prefix_of_count", _RIGHT_PADDING_ONLY.format(how="it builds a prefix from a count or from the "
+                                                                  "first pad"),
+                lambda ids, pad_id: _positions(ids.shape[1]) < (ids != pad_id).sum(axis=1, keepdims=True)),
+        Mistake("after_first_pad", _RIGHT_PADDING_ONLY.format(how="everything after the first pad is masked"),
+                lambda ids, pad_id: np.cumprod(ids != pad_id, axis=1)),
+    ),
+)
 
 
-# ---------------------------------------------------------------------------------------
-@exercise("masking-combine_masks", "combine_masks")
-def combine_masks_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
+# ------------------------------------------------------------------------------- causal_mask
+def _causal_inputs(rng: np.random.Generator) -> list[Call]:
+    return [Call((size,), what=f"causal_mask({size})") for size in [5, int(rng.integers(6, 9))]]
+
+
+def _ones(size: int) -> np.ndarray:
+    return np.ones((size, size), dtype=bool)
+
+
+CAUSAL_MASK = Spec(
+    id="masking-causal_mask",
+    function="causal_mask",
+    inputs=_causal_inputs,
+    reference=ref.causal_mask,
+    prepare=_mask_values,
+    mistakes=(
+        Mistake("strict", "it masks the diagonal (off by one on the diagonal, a strict triangle): every token may "
+                "attend to itself, so keep j <= i: np.tril(..., k=0)", lambda size: np.tril(_ones(size), k=-1)),
+        Mistake("sees_next", "it lets each token see the next one (off by one on the diagonal): query i may "
+                "attend to keys j <= i only: np.tril(..., k=0)", lambda size: np.tril(_ones(size), k=1)),
+        Mistake("inverted", "it is inverted: True marks the future positions to hide (the convention of "
+                "PyTorch's nn.MultiheadAttention attn_mask); in this course True = may attend: the lower "
+                "triangle with its diagonal", lambda size: np.triu(_ones(size), k=1)),
+        Mistake("upper", "it is the upper triangle, transposed: row i is query i and may attend to keys "
+                "(columns) j <= i, on and below the diagonal", lambda size: np.triu(_ones(size))),
+        Mistake("everything", "it allows everything; a causal mask hides the future (above the diagonal)", _ones),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------- combine_masks
+def _combine_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
     # 1. decoder self-attention: batch 3, sequences of length 5, a square causal mask;
     # 2. a block of 4 queries at the end of 6 keys (q_len != k_len), batch 2;
     # 3. no causal mask (an encoder): batch 4, 6 keys.
     for batch, q_len, k_len in [(3, 5, 5), (2, 4, 6), (4, None, 6)]:
-        padding = _prefix(_lengths(rng, batch, 1, k_len, (k_len,) if batch < k_len else ()), k_len)
-        causal = None if q_len is None else np.tril(np.ones((k_len, k_len), dtype=bool))[k_len - q_len:]
-        keys = padding[:, None, None, :]
-        expected = keys if causal is None else keys & causal
+        padding = ref.padding_mask_from_lengths(_lengths(rng, batch, 1, k_len, (k_len,) if batch < k_len else ()),
+                                                k_len)
+        causal = None if q_len is None else ref.causal_mask(k_len)[k_len - q_len:]
+        what = (f"combine_masks(padding, None) for padding {padding.shape}" if causal is None else
+                f"combine_masks(padding, causal) for padding {padding.shape} and causal {causal.shape}")
+        calls.append(Call((padding, causal), what=what))
+    return calls
+
+
+def _combined(keys_of, op=np.logical_and, alone=None):
+    """A learner's combine_masks: ``keys_of(padding)`` combined with the causal mask by ``op``;
+    ``alone(padding, keys)`` is what it returns when causal is None (default: the keys part)."""
+    def combine_masks(padding, causal):
+        keys = keys_of(padding)
         if causal is None:
-            what = f"combine_masks(padding, None) for padding {padding.shape}"
-            mistakes = [
-                (INVERTED, ~expected),
-                ("the padding mask is on the query axis: it must mask the keys, the last axis "
-                 "(padding[:, None, None, :] has shape (batch, 1, 1, k_len))", padding[:, None, :, None]),
-                ("it has no heads axis: (batch, 1, k_len) would broadcast its batch axis against "
-                 "the heads of scores (batch, heads, q_len, k_len); return (batch, 1, 1, k_len)",
-                 padding[:, None, :]),
-                ("it returns the padding mask unchanged, shape (batch, k_len); it must broadcast "
-                 "over (batch, heads, q_len, k_len): padding[:, None, None, :]", padding),
-            ]
-            if batch != k_len:
-                mistakes.append(("it spreads the padding mask over k_len queries; with no causal "
-                                 "mask there is no q_len to know (in cross-attention q_len != k_len): "
-                                 "return (batch, 1, 1, k_len), which broadcasts over every query",
-                                 np.broadcast_to(keys, (batch, 1, k_len, k_len))))
-        else:
-            what = (f"combine_masks(padding, causal) for padding {padding.shape} "
-                    f"and causal {causal.shape}")
-            mistakes = [
-                (INVERTED, ~expected),
-                ("it combines the masks with OR; a key may be attended only if both masks allow "
-                 "it: use & (logical and)", keys | causal),
-                ("the padding mask is on the query axis: it must mask the keys, the last axis: "
-                 "padding[:, None, None, :]", padding[:, None, :, None] & causal
-                 if q_len == k_len else None),
-                ("the padding mask is on the query axis (batch, q_len, 1) and there is no heads "
-                 "axis: padding masks the keys, padding[:, None, None, :] of shape "
-                 "(batch, 1, 1, k_len)", padding[:, :, None] & causal if q_len == k_len else None),
-                ("it has no heads axis: (batch, q_len, k_len) would broadcast its batch axis "
-                 "against the heads of scores (batch, heads, q_len, k_len); insert axis 1 to get "
-                 "(batch, 1, q_len, k_len)", padding[:, None, :] & causal),
-                ("it ignores the causal mask", np.broadcast_to(keys, expected.shape)),
-                ("it ignores the causal mask", keys),
-                ("it ignores the padding mask", np.broadcast_to(causal, expected.shape)),
-                ("it ignores the padding mask", causal),
-            ]
-            mistakes = [(m, w) for m, w in mistakes if w is not None]
-
-        def verify(got, expected=expected, what=what, mistakes=mistakes, square=q_len == k_len,
-                   q_len=q_len) -> None:
-            try:
-                value(got, "combine_masks")
-            except CheckFailed as error:
-                if q_len is None:
-                    raise CheckFailed(f"{error}. causal may be None (an encoder has no look-ahead "
-                                      "mask): then return the padding mask alone as "
-                                      "(batch, 1, 1, k_len)") from None
-                if not square:
-                    raise CheckFailed(f"{error}. It fails when q_len != k_len (causal of shape "
-                                      "(q_len, k_len)): the padding mask covers the keys, the "
-                                      "last axis: padding[:, None, None, :]") from None
-                raise
-            judge(_mask_values(got, what), expected, what, mistakes)
-
-        asked.append(Question((padding, causal), verify))
-    return asked
+            return keys if alone is None else alone(padding, keys)
+        return op(keys, causal)
+    return combine_masks
 
 
-# ---------------------------------------------------------------------------------------
+def _keys(padding):
+    return padding[:, None, None, :]
+
+
+def _right_unless_none(when_none):
+    """Right when there is a causal mask; ``when_none(padding)`` when there is none."""
+    return lambda padding, causal: when_none(padding) if causal is None else ref.combine_masks(padding, causal)
+
+
+def _square_causal(padding, causal):
+    # The causal part as (k_len, k_len): right for decoder self-attention only.
+    k_len = padding.shape[-1]
+    return _keys(padding) if causal is None else _keys(padding) & causal.reshape(1, 1, k_len, k_len)
+
+
+COMBINE_MASKS = Spec(
+    id="masking-combine_masks",
+    function="combine_masks",
+    inputs=_combine_inputs,
+    reference=ref.combine_masks,
+    prepare=_mask_values,
+    # (the mistakes that differ only without a causal mask come first: on that question
+    # they give the same answer as the general ones, and their diagnosis is the one that fits)
+    mistakes=(
+        Mistake("query_axis_alone", "the padding mask is on the query axis: it must mask the keys, the last axis "
+                "(padding[:, None, None, :] has shape (batch, 1, 1, k_len))",
+                _right_unless_none(lambda padding: padding[:, None, :, None])),
+        Mistake("no_heads_alone", "it has no heads axis: (batch, 1, k_len) would broadcast its batch axis against "
+                "the heads of scores (batch, heads, q_len, k_len); return (batch, 1, 1, k_len)",
+                _right_unless_none(lambda padding: padding[:, None, :])),
+        Mistake("unchanged", "it returns the padding mask unchanged, shape (batch, k_len); it must broadcast "
+                "over (batch, heads, q_len, k_len): padding[:, None, None, :]", _right_unless_none(lambda p: p)),
+        Mistake("square_alone", "it spreads the padding mask over k_len queries; with no causal mask there is no "
+                "q_len to know (in cross-attention q_len != k_len): return (batch, 1, 1, k_len), which "
+                "broadcasts over every query",
+                _combined(_keys, alone=lambda padding, keys: np.broadcast_to(
+                    keys, (len(padding), 1, padding.shape[-1], padding.shape[-1])))),
+        Mistake("inverted", INVERTED, lambda padding, causal: ~ref.combine_masks(padding, causal)),
+        Mistake("or", "it combines the masks with OR; a key may be attended only if both masks allow it: use & "
+                "(logical and)", _combined(_keys, np.logical_or)),
+        Mistake("query_axis", "the padding mask is on the query axis: it must mask the keys, the last axis: "
+                "padding[:, None, None, :]", _combined(lambda padding: padding[:, None, :, None])),
+        Mistake("query_axis_no_heads", "the padding mask is on the query axis (batch, q_len, 1) and there is no "
+                "heads axis: padding masks the keys, padding[:, None, None, :] of shape (batch, 1, 1, k_len)",
+                _combined(lambda padding: padding[:, :, None])),
+        Mistake("no_heads", "it has no heads axis: (batch, q_len, k_len) would broadcast its batch axis against "
+                "the heads of scores (batch, heads, q_len, k_len); insert axis 1 to get (batch, 1, q_len, k_len)",
+                _combined(lambda padding: padding[:, None, :])),
+        Mistake("ignores_causal", "it ignores the causal mask", lambda padding, causal: _keys(padding)),
+        Mistake("ignores_causal_spread", "it ignores the causal mask",
+                _combined(_keys, lambda keys, causal: np.broadcast_to(keys, keys.shape[:2] + causal.shape))),
+        Mistake("ignores_padding", "it ignores the padding mask",
+                lambda padding, causal: _keys(padding) if causal is None else causal),
+        Mistake("ignores_padding_spread", "it ignores the padding mask",
+                _combined(_keys, lambda keys, causal: np.broadcast_to(causal, keys.shape[:2] + causal.shape))),
+    ),
+    errors=(
+        Raises("combine_masks raised {error}. causal may be None (an encoder has no look-ahead mask): then "
+               "return the padding mask alone as (batch, 1, 1, k_len)",
+               example=lambda padding, causal: _keys(padding) & causal, when=lambda call: call.args[1] is None),
+        Raises("combine_masks raised {error}. It fails when q_len != k_len (causal of shape (q_len, k_len)): "
+               "the padding mask covers the keys, the last axis: padding[:, None, None, :]",
+               example=_square_causal,
+               when=lambda call: call.args[1] is not None and call.args[1].shape[0] != call.args[1].shape[1]),
+    ),
+)
+
+
+# ---------------------------------------------------------------- apply_mask, masked_softmax
 def _attention_mask(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     """A random mask with at least one True and one False in every row and column."""
     while True:
@@ -253,112 +286,159 @@ def _attention_mask(rng: np.random.Generator, shape: tuple) -> np.ndarray:
             return mask
 
 
-def _mask_questions(rng: np.random.Generator) -> list[tuple]:
+def _scores_and_masks(rng: np.random.Generator) -> list[tuple]:
     """(scores, mask, label) for apply_mask and masked_softmax: batch 2, heads 3, q 4, k 5."""
     shape = (2, 3, 4, 5)
     lengths = _lengths(rng, 2, 2, 4)
     return [
-        (rng.normal(scale=3.0, size=shape), _attention_mask(rng, (2, 1, 4, 5)),
-         "a combined mask (2, 1, 4, 5)"),
-        (rng.normal(scale=3.0, size=shape), _prefix(lengths, 5)[:, None, None, :],
+        (rng.normal(scale=3.0, size=shape), _attention_mask(rng, (2, 1, 4, 5)), "a combined mask (2, 1, 4, 5)"),
+        (rng.normal(scale=3.0, size=shape), _keys(ref.padding_mask_from_lengths(lengths, 5)),
          "a padding mask (2, 1, 1, 5)"),
         (rng.normal(scale=3.0, size=shape), np.tril(np.ones((4, 5), dtype=bool)),
          "a mask (4, 5) with no batch or heads axis"),
     ]
 
 
-@exercise("masking-apply_mask", "apply_mask")
-def apply_mask_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
-    for index, (scores, mask, label) in enumerate(_mask_questions(rng)):
+def _apply_mask_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    for index, (scores, mask, label) in enumerate(_scores_and_masks(rng)):
         fill = -1e4 if index == 2 else None  # the last question passes its own fill
         name = f"apply_mask(scores, mask{'' if fill is None else ', fill=-1e4'})"
-        what = f"{name} for scores {scores.shape} and {label}"
-
-        def verify(got, scores=scores, mask=mask, fill=fill, what=what, name=name) -> None:
-            try:
-                got = to_array(got, name)
-            except CheckFailed as error:
-                raise CheckFailed(f"{error}. The mask broadcasts against the scores (it can have "
-                                  "fewer or length-1 axes): np.where(mask, scores, fill) handles "
-                                  "that, boolean indexing scores[~mask] does not") from None
-            if got.shape != scores.shape:
-                raise CheckFailed(f"{what} has shape {got.shape}; expected the shape of the scores "
-                                  f"{scores.shape} (the mask broadcasts against them)")
-            keep = np.broadcast_to(mask, scores.shape)
-            kept, masked = got[keep], got[~keep]
-            if np.any(np.isnan(kept)):
-                raise CheckFailed(f"{what} has NaN where the mask is True: 0 * -inf is nan, so "
-                                  "multiplying the mask by -inf spoils the kept scores; use "
-                                  "np.where(mask, scores, fill)")
-
-            def filled(x: np.ndarray, where: np.ndarray) -> np.ndarray:
-                if fill is None:
-                    return np.isneginf(x) | (x <= LARGE_NEGATIVE)
-                return (np.isclose(x, fill, rtol=0, atol=1e-3)
-                        | np.isclose(x, scores[where] + fill, rtol=0, atol=1e-3))
-
-            if close(masked, scores[~keep]) and np.all(filled(kept, keep) | (kept == 0)):
-                raise CheckFailed(f"{what}: {INVERTED}: fill where the mask is False")
-            if not close(kept, scores[keep]):
-                raise CheckFailed(f"{what}: the scores where the mask is True must pass through "
-                                  "unchanged; only the masked positions (False) change")
-            if np.all(filled(masked, ~keep)):
-                return
-            if np.allclose(masked, 0):
-                raise CheckFailed(f"{what}: it fills the masked positions with 0; a score of 0 "
-                                  "still gets weight e^0 = 1 in the softmax: use a large negative "
-                                  "number (fill) or -inf")
-            if close(masked, scores[~keep]):
-                raise CheckFailed(f"{what}: it leaves the masked positions unchanged; set them "
-                                  "to fill where the mask is False")
-            if fill is not None and (np.all(np.isneginf(masked)) or np.all(masked <= -1e6)):
-                raise CheckFailed(f"{what}: it ignores the fill argument (the check passed "
-                                  "fill=-1e4, as for float16): write fill at the masked positions")
-            raise CheckFailed(f"{what}: the masked positions should hold "
-                              + ("a large negative number (the fill, -1e9 by default) or -inf"
-                                 if fill is None else "the given fill"))
-
-        asked.append(Question((scores, mask), verify, {} if fill is None else {"fill": fill}))
-    return asked
+        calls.append(Call((scores, mask), {} if fill is None else {"fill": fill},
+                          what=f"{name} for scores {scores.shape} and {label}"))
+    return calls
 
 
-# ---------------------------------------------------------------------------------------
-@exercise("masking-masked_softmax", "masked_softmax")
-def masked_softmax_questions(rng: np.random.Generator) -> list[Question]:
-    asked = []
-    for scores, mask, label in _mask_questions(rng):
-        name = "masked_softmax(scores, mask)"
-        what = f"{name} for scores {scores.shape} and {label}"
-        keep = np.broadcast_to(mask, scores.shape)
-        expected = _softmax(np.where(keep, scores, -np.inf))
-        mistakes = [
-            ("it masks after the softmax: the masked weights are 0 but each row no longer sums "
-             "to 1; fill the masked scores with a large negative number before the softmax",
-             _softmax(scores) * keep),
-            ("it sets the masked scores to 0 before the softmax; a score of 0 still gets weight "
-             "e^0 = 1: fill with a large negative number or -inf", _softmax(np.where(keep, scores, 0.0))),
-            (INVERTED + ": keep the scores where the mask is True", _softmax(np.where(keep, -np.inf, scores))),
-            ("each column sums to 1 instead of each row: take the softmax over the key axis "
-             "(axis=-1)", _softmax(np.where(keep, scores, -1e9), axis=-2)),
-            ("it ignores the mask: masked keys still get weight", _softmax(scores)),
-        ]
+def _judge_apply_mask(case: Case) -> None:
+    """Any fill at most LARGE_NEGATIVE (or -inf) is right by default; a given fill must be used
+    (written, or added to the score). The kept scores must pass through unchanged."""
+    got, what = case.answer, case.what
+    if not isinstance(got, np.ndarray):
+        return judge_case(case)
+    (scores, mask), fill = case.call.args, case.call.kwargs.get("fill")
+    got = got.astype(np.float64)
+    if got.shape != scores.shape:
+        raise CheckFailed(f"{what} has shape {got.shape}; expected the shape of the scores "
+                          f"{scores.shape} (the mask broadcasts against them)")
+    keep = np.broadcast_to(mask, scores.shape)
+    kept, masked = got[keep], got[~keep]
+    if np.any(np.isnan(kept)):
+        case.fail("has NaN where the mask is True: 0 * -inf is nan, so multiplying the mask by -inf spoils "
+                  "the kept scores; use np.where(mask, scores, fill)")
 
-        def hint(w: np.ndarray, keep=keep) -> str | None:
-            if np.any(np.abs(w[~keep]) > 1e-6):
-                return "masked keys (mask False) get weight; their weight must be 0"
-            if not np.allclose(w.sum(axis=-1), 1.0, atol=1e-4):
-                return "each query's weights over the keys must sum to 1"
-            return None
+    def filled(x: np.ndarray, where: np.ndarray) -> np.ndarray:
+        if fill is None:
+            return np.isneginf(x) | (x <= LARGE_NEGATIVE)
+        return (np.isclose(x, fill, rtol=0, atol=1e-3)
+                | np.isclose(x, scores[where] + fill, rtol=0, atol=1e-3))
 
-        def verify(got, expected=expected, what=what, mistakes=mistakes, hint=hint) -> None:
-            try:
-                value(got, "masked_softmax")
-            except CheckFailed as error:
-                raise CheckFailed(f"{error}. The mask broadcasts against the scores (it can have "
-                                  "fewer or length-1 axes): np.where(mask, scores, fill) handles "
-                                  "that") from None
-            judge(got, expected, what, mistakes, hints=[hint])
+    if close(masked, scores[~keep]) and np.all(filled(kept, keep) | (kept == 0)):
+        case.fail(_INVERTED_FILL)
+    if not close(kept, scores[keep]):
+        case.fail("the scores where the mask is True must pass through unchanged; only the masked positions "
+                  "(False) change")
+    if np.all(filled(masked, ~keep)):
+        return
+    if np.allclose(masked, 0):
+        case.fail(_ZERO_FILL)
+    if close(masked, scores[~keep]):
+        case.fail(_UNCHANGED)
+    if fill is not None and (np.all(np.isneginf(masked)) or np.all(masked <= -1e6)):
+        case.fail("it ignores the fill argument (the check passed fill=-1e4, as for float16): write fill at "
+                  "the masked positions")
+    case.fail("the masked positions should hold " + ("a large negative number (the fill, -1e9 by default) "
+                                                     "or -inf" if fill is None else "the given fill"))
 
-        asked.append(Question((scores, mask), verify))
-    return asked
+
+_INVERTED_FILL = f"{INVERTED}: fill where the mask is False"
+_ZERO_FILL = ("it fills the masked positions with 0; a score of 0 still gets weight e^0 = 1 in the softmax: "
+              "use a large negative number (fill) or -inf")
+_UNCHANGED = "it leaves the masked positions unchanged; set them to fill where the mask is False"
+_BROADCASTS = ("The mask broadcasts against the scores (it can have fewer or length-1 axes): "
+               "np.where(mask, scores, fill) handles that")
+
+
+def _bool_index(scores, mask, fill=-1e9):
+    out = scores.copy()
+    out[~mask] = fill  # fails when the mask only broadcasts
+    return out
+
+
+def _times_neg_inf(scores, mask, fill=-1e9):
+    return scores + (~mask) * -np.inf  # 0 * -inf = nan at the kept positions
+
+
+APPLY_MASK = Spec(
+    id="masking-apply_mask",
+    function="apply_mask",
+    inputs=_apply_mask_inputs,
+    reference=ref.apply_mask,
+    judge=_judge_apply_mask,
+    # Judged by properties of the answer (any large negative fill is right), which name
+    # these mistakes with the diagnoses listed here.
+    mistakes=(
+        Mistake("zero_fill", _ZERO_FILL, lambda scores, mask, fill=-1e9: np.where(mask, scores, 0.0)),
+        Mistake("inverted", _INVERTED_FILL, lambda scores, mask, fill=-1e9: np.where(mask, fill, scores)),
+        Mistake("unchanged", _UNCHANGED, lambda scores, mask, fill=-1e9: scores),
+    ),
+    diagnosed=(
+        Mistake("times_neg_inf", "0 * -inf is nan", _times_neg_inf),
+        Mistake("softmax_too", "the scores where the mask is True must pass through unchanged",
+                lambda scores, mask, fill=-1e9: stable_softmax(np.where(mask, scores, fill))),
+        Mistake("ignores_fill", "it ignores the fill argument",
+                lambda scores, mask, fill=-1e9: np.where(mask, scores, -np.inf)),
+        Mistake("small_fill", "the masked positions should hold a large negative number",
+                lambda scores, mask, fill=-1e9: np.where(mask, scores, -10.0)),
+        Mistake("first_batch", "expected the shape of the scores",
+                lambda scores, mask, fill=-1e9: np.where(mask, scores, fill)[0]),
+    ),
+    errors=(
+        Raises("{what} raised {error}. " + _BROADCASTS + ", boolean indexing scores[~mask] does not",
+               example=_bool_index),
+    ),
+)
+
+
+def _masked_softmax_inputs(rng: np.random.Generator) -> list[Call]:
+    return [Call((scores, mask), what=f"masked_softmax(scores, mask) for scores {scores.shape} and {label}")
+            for scores, mask, label in _scores_and_masks(rng)]
+
+
+def _masked_keys_get_weight(w: np.ndarray, call: Call) -> bool:
+    keep = np.broadcast_to(call.args[1], call.args[0].shape)
+    return bool(np.all(np.isfinite(w))) and w.shape == keep.shape and bool(np.any(np.abs(w[~keep]) > 1e-6))
+
+
+MASKED_SOFTMAX = Spec(
+    id="masking-masked_softmax",
+    function="masked_softmax",
+    inputs=_masked_softmax_inputs,
+    reference=ref.masked_softmax,
+    mistakes=(
+        Mistake("mask_after", "it masks after the softmax: the masked weights are 0 but each row no longer sums "
+                "to 1; fill the masked scores with a large negative number before the softmax",
+                lambda scores, mask: stable_softmax(scores) * mask),
+        Mistake("zero_fill", "it sets the masked scores to 0 before the softmax; a score of 0 still gets weight "
+                "e^0 = 1: fill with a large negative number or -inf",
+                lambda scores, mask: stable_softmax(np.where(mask, scores, 0.0))),
+        Mistake("inverted", INVERTED + ": keep the scores where the mask is True",
+                lambda scores, mask: stable_softmax(np.where(mask, -np.inf, scores))),
+        Mistake("query_axis", "each column sums to 1 instead of each row: take the softmax over the key axis "
+                "(axis=-1)", lambda scores, mask: stable_softmax(np.where(mask, scores, -1e9), axis=-2)),
+        Mistake("ignores_mask", "it ignores the mask: masked keys still get weight",
+                lambda scores, mask: stable_softmax(scores)),
+    ),
+    errors=(
+        Raises("masked_softmax raised {error}. " + _BROADCASTS,
+               example=lambda scores, mask: stable_softmax(_bool_index(scores, mask))),
+    ),
+    hints=(
+        Hint("masked keys (mask False) get weight; their weight must be 0", _masked_keys_get_weight,
+             example=lambda scores, mask: stable_softmax(np.where(mask, scores, -3.0))),
+        Hint("each query's weights over the keys must sum to 1",
+             lambda w, call: bool(np.all(np.isfinite(w))) and not np.allclose(w.sum(axis=-1), 1.0, atol=1e-4),
+             example=lambda scores, mask: ref.masked_softmax(scores, mask) * 0.9),
+    ),
+)
+
+SPECS = (PADDING_MASK_FROM_LENGTHS, PADDING_MASK_FROM_IDS, CAUSAL_MASK, COMBINE_MASKS, APPLY_MASK, MASKED_SOFTMAX)

@@ -19,10 +19,6 @@ from .reference.similarity import dot_product, score_matrix
 from .reference.softmax import stable_softmax
 
 
-def _t(x: np.ndarray) -> np.ndarray:
-    return np.swapaxes(x, -1, -2)
-
-
 # ------------------------------------------------------------------------------ dot_variance
 def _variance_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
