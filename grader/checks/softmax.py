@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _equal, judge_case
+from ._named import by_call
 from .reference import softmax as ref
 from .reference.softmax import stable_softmax
 
@@ -127,10 +128,6 @@ def _softmax_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
-def _shown_axis(call: Call) -> int:
-    return call.kwargs.get("axis", -1)
-
-
 def _axis(call: Call) -> int:
     return call.kwargs.get("axis", -1) % call.args[0].ndim
 
@@ -178,7 +175,7 @@ STABLE_SOFTMAX = Spec(
     function="stable_softmax",
     inputs=_softmax_inputs,
     reference=ref.stable_softmax,
-    judge=_judge_softmax,
+    judge=by_call(_judge_softmax),
     mistakes=(
         Mistake("every_entry", "it normalizes over every entry at once; the values along the softmax axis "
                 "should sum to 1: sum along axis with keepdims=True",
@@ -215,9 +212,10 @@ STABLE_SOFTMAX = Spec(
              "exp(-inf - max) = 0: subtract the maximum of the slice, which is finite, not its minimum or "
              "mean, which are -inf",
              lambda got, call: bool(np.isneginf(call.args[0]).any()) and not _finite(got), example=_min_shift),
-        Hint(_sums_to_one(-1), lambda got, call: _shown_axis(call) == -1 and _not_a_distribution(got, -1),
+        # (the axis named is the one judged, counted from 0: 3 on the first question, 1 on the others)
+        Hint(_sums_to_one(3), lambda got, call: _axis(call) == 3 and _not_a_distribution(got, 3),
              example=lambda x, axis=-1: stable_softmax(x, axis) + 0.01),
-        Hint(_sums_to_one(1), lambda got, call: _shown_axis(call) == 1 and _not_a_distribution(got, 1),
+        Hint(_sums_to_one(1), lambda got, call: _axis(call) == 1 and _not_a_distribution(got, 1),
              example=lambda x, axis=-1: stable_softmax(x, axis) * (0.9 if axis == 1 else 1.0)),
     ),
 )
@@ -278,7 +276,7 @@ SOFTMAX_WITH_TEMPERATURE = Spec(
     function="softmax_with_temperature",
     inputs=_temperature_inputs,
     reference=ref.softmax_with_temperature,
-    judge=_judge_temperature,
+    judge=by_call(_judge_temperature),
     mistakes=(
         Mistake("multiplies", "it multiplies the scores by the temperature; divide them: softmax(scores / T), "
                 "so that a low temperature sharpens the weights", _checked(lambda s, t: stable_softmax(s * t))),
