@@ -87,8 +87,6 @@ def _combine_square_when_none(padding, causal):
     return keys & causal
 
 
-
-
 # The mistakes of grader/checks/masking.py's catalogue are asserted by tests/test_catalogue.py;
 # these are the others (torch code, stubs, and implementations the catalogue does not hold).
 MISTAKES = {

@@ -41,14 +41,6 @@ def _softmax(x, axis=-1):
 
 # ---------------------------------------------------------------- stable_softmax
 
-
-
-
-
-
-
-
-
 def _torch_naive_float32(x, axis=-1):
     e = torch.exp(torch.as_tensor(x, dtype=torch.float32))
     return e / e.sum(dim=axis, keepdim=True)
@@ -86,12 +78,6 @@ def _t_no_check(scores, temperature):
     return _softmax(scores / temperature)
 
 
-
-
-
-
-
-
 def _t_power(scores, temperature):
     """softmax(s)**(1/T), normalized again, is softmax(s / T): valid."""
     if temperature <= 0:
@@ -127,22 +113,12 @@ def _att(divisor=None, fill=-np.inf, axis=-1, when="before", invert=False, use_m
     return attention
 
 
-
-
-
-
-
-
 def _att_one_minus(query, key, value, mask=None):
     scores = query @ _swap(key) / np.sqrt(query.shape[-1])
     if mask is not None:
         scores = scores + (1 - mask) * -1e9
     w = _softmax(scores)
     return w @ value, w
-
-
-
-
 
 
 def _att_torch_transpose(query, key, value, mask=None):
