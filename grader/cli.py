@@ -14,7 +14,7 @@ from .names import shown
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    sub.add_parser("release", help="regenerate notebooks/ from solutions/ (notebook 09's helper cell first)")
     grade = sub.add_parser("grade", help="autograde the course directory's submitted/<student_id>/<assignment_id>/")
     grade.add_argument("--course", type=Path, metavar="DIR",
                        help="the nbgrader course directory (default: the one nbgrader_config.py names, the "
@@ -72,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return _report(args.course, args.roster)
     if args.command == "release":
+        from .assembled import update_sources
         from .release import release
 
-        for path in release():
+        for path in update_sources():
+            print(f"assembled cells rewritten in {path.relative_to(course.ROOT)}")
+        for path in release(update_sources=False):
             print(f"released {path.relative_to(course.ROOT)}")
         return 0
 
