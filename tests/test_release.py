@@ -22,7 +22,7 @@ def _cells(path):
 
 def _comparable(path):
     nb = nbformat.read(path, as_version=4)
-    return [(c.cell_type, c.source, c.metadata.get("nbgrader")) for c in nb.cells]
+    return [(c.cell_type, c.get("id"), c.source, c.metadata.get("nbgrader"), c.metadata.get("course")) for c in nb.cells]
 
 
 def test_notebooks_equal_a_fresh_release(tmp_path):
