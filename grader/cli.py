@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--slots", type=int, metavar="N", help="checks run at once (default: the number of cores)")
     serve.add_argument("--seconds", type=float, metavar="S", default=None,
                        help="a check that takes longer is stopped, with one line to the student (default: 180)")
+    where = sub.add_parser("where", help="list every part of one exercise: solution, tests, figures, check, "
+                                         "reference, mistakes, driver, test cases, grade-table column")
+    where.add_argument("exercise", metavar="ID", help="an exercise id, e.g. masking-causal_mask")
     report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
     report.add_argument("--course", type=Path, metavar="DIR",
                         help="the course directory (default: the one nbgrader_config.py names); writes DIR/report/")
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             print("course-grader serve-checks: --slots and --seconds must be positive", file=sys.stderr)
             return 2
         return serve(args.slots, args.seconds or DEFAULT_SECONDS)
+    if args.command == "where":
+        return _where(args.exercise)
     if args.command == "report":
         return _report(args.course, args.roster)
     if args.command == "release":
@@ -161,6 +166,19 @@ def _report(course_dir: Path | None, roster: Path | None) -> int:
         return 2
     for path in written:
         print(f"wrote {shown(path)}")
+    return 0
+
+
+def _where(exercise_id: str) -> int:
+    from .where import where
+
+    try:
+        places = where(exercise_id)
+    except LookupError as error:
+        print(f"course-grader where: {shown(str(error.args[0]))}", file=sys.stderr)
+        return 2
+    for place in places:
+        print(place)
     return 0
 
 
