@@ -1,9 +1,9 @@
 """Read-only cells assembled from other notebooks' cells at release: code written once.
 
-Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08. Its
-helper cell is not typed again: ``course-grader release`` (``make release``) copies the
+Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08, and
+notebook 07's Encoder uses 05's positional encoding. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
 earlier notebooks' own solution cells into it (d2l's ``#@save``, done at release), rewrites
-the cell in ``solutions/`` and then lets nbgrader generate the student versions, so the
+the cells in ``solutions/`` and then lets nbgrader generate the student versions, so the
 instructor's source, the student version and ``nbgrader generate_assignment`` agree.
 
 Each piece is one cell (its nbgrader grade_id) of one source notebook, with nbgrader's
@@ -48,6 +48,15 @@ class Assembly:
 
 
 ASSEMBLIES = (
+    Assembly(
+        "07_encoder", "encoder-helpers",
+        "# Read-only helper: sinusoidal_encoding of notebook 05, returning a float32 tensor (the Encoder\n"
+        "# registers it as a buffer).\n"
+        "# Generated, do not edit: made by `make release` from the solution cell named below;\n"
+        "# change it there and release again.\n"
+        "from coursekit import returns_tensor",
+        (Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),),
+    ),
     Assembly(
         "09_transformer", "transformer-helpers",
         "# Read-only helpers: the pieces of notebooks 03, 05, 07 and 08 that the model is made of.\n"
