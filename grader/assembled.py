@@ -120,7 +120,11 @@ def definitions(source: str, names: tuple[str, ...]) -> str:
 
 
 def defined_names(source: str) -> list[str]:
-    """The functions and classes ``source`` defines at its top level, in order."""
+    """The functions and classes ``source`` defines at its top level, in order.
+
+    Raises:
+        SyntaxError: ``source`` is not Python.
+    """
     return [n.name for n in ast.parse(source).body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
 
@@ -174,7 +178,11 @@ def assembled_source(assembly: Assembly, root: Path | None = None) -> str:
 
 def stale(root: Path | None = None) -> list[str]:
     """The assembled cells whose source in ``root`` (default: solutions/) is not what
-    ``assembled_source`` makes, as "assignment:cell"."""
+    ``assembled_source`` makes, as "assignment:cell".
+
+    Raises:
+        FileNotFoundError, KeyError, ValueError: as ``assembled_source``.
+    """
     out = []
     for assembly in ASSEMBLIES:
         cell = find_cell(nbformat.read(notebook_path(assembly.assignment, root), as_version=4), assembly.cell)

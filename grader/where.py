@@ -35,10 +35,10 @@ class Place:
     note: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind}: {_shown(self.path)}:{self.where}" + (f"  ({self.note})" if self.note else "")
+        return f"{self.kind}: {_relative(self.path)}:{self.where}" + (f"  ({self.note})" if self.note else "")
 
 
-def _shown(path: Path) -> str:
+def _relative(path: Path) -> str:
     try:
         return str(path.relative_to(course.ROOT))
     except ValueError:
@@ -50,7 +50,7 @@ def _unwrapped_source(obj: Any) -> tuple[Path, int] | None:
     (a builtin, a plain value). Decorated functions are followed to what they wrap."""
     try:
         target = inspect.unwrap(obj) if callable(obj) else obj
-        lines, start = inspect.getsourcelines(target)
+        _, start = inspect.getsourcelines(target)
         return Path(inspect.getsourcefile(target)).resolve(), max(start, 1)
     except (TypeError, OSError):
         return None
