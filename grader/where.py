@@ -7,9 +7,12 @@ release (``grader/assembled.py``), the check, its reference, mistake
 catalogue and driver when the exercise's object has them, the test cases and the
 grade-table column. Paths are relative to the repository root.
 
-The check is read from whatever ``grader.checks._core.get(ID)`` returns, by attribute
-(``questions``, ``inputs``, ``reference``, ``mistakes``, ``driver``), so that the lookup
-works for the closures of today and for a declarative spec object alike.
+The check is the line of ``grader/checks/<topic>.py`` that names the id (an ``@exercise``
+line, a spec's ``id=``), else the definition of the callable the exercise object holds
+(``questions``, ``inputs``, ``reference``, tried in that order). The rest is read from
+whatever ``grader.checks._core.get(ID)`` returns, by attribute (``questions`` / ``inputs``,
+``reference``, ``mistakes``, ``driver``), so that the lookup works for the closures of
+today and for a declarative spec object alike.
 """
 from __future__ import annotations
 
@@ -168,9 +171,14 @@ def check_places(exercise_id: str) -> list[Place]:
     module = course.ROOT / "grader" / "checks" / f"{topic}.py"
     by_id = (module, line) if (line := _first_line_with(module, f'"{exercise_id}"')) else None
     places = []
-    found = spec_location(spec) or by_id
+    # The line that names the id is the definition (the @exercise line of a closure, the
+    # id= line of a spec); a shared input drawer's own line would name another exercise.
+    found = by_id or spec_location(spec)
     if found:
         places.append(Place("check", *found))
+    drawer = spec_location(spec, ("questions", "inputs"))
+    if drawer and drawer != found:
+        places.append(Place("inputs", *drawer))
     if getattr(spec, "reference", None) is not None:
         found = _unwrapped_source(spec.reference)
         if found:

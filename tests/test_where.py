@@ -77,6 +77,9 @@ def test_where_points_at_every_part_of_the_exercise(exercise, capsys):
     assert check["path"] == f"grader/checks/{topic}.py"
     assert exercise in _line(check) or function in _line(check), _line(check)
 
+    for drawer in places.get("inputs", []):
+        assert re.match(r"def \w+", _line(drawer)), _line(drawer)
+
     [cases] = places["test cases"]
     assert cases["path"] == f"tests/test_checks_{topic}.py" and exercise in _line(cases)
 
@@ -135,8 +138,8 @@ def _reference(x):
 
 
 def test_a_declarative_spec_is_found_by_its_attributes(monkeypatch, capsys):
-    """After the checks become spec objects (inputs, reference, mistakes, driver), the same
-    lines come from their attributes."""
+    """A spec object (inputs, reference, mistakes, driver): its parts come from its attributes,
+    and a callable with no id in the topic's module is still found by inspect."""
     from types import SimpleNamespace
 
     import grader.checks._core as core
@@ -146,9 +149,23 @@ def test_a_declarative_spec_is_found_by_its_attributes(monkeypatch, capsys):
     monkeypatch.setattr(core, "get", lambda exercise_id: spec)
     places = _where("softmax-stable_softmax", capsys)
     here = "tests/test_where.py"
-    assert [(m["path"], _line(m).split("(")[0]) for m in places["check"]] == [(here, "def _inputs")]
+    [check] = places["check"]          # the spec's id= line in the topic's module
+    assert check["path"] == "grader/checks/softmax.py" and "softmax-stable_softmax" in _line(check)
+    assert [(m["path"], _line(m).split("(")[0]) for m in places["inputs"]] == [(here, "def _inputs")]
     assert [(m["path"], _line(m).split("(")[0]) for m in places["reference"]] == [(here, "def _reference")]
     [catalogue] = places["mistakes"]
     assert catalogue["note"] == "2: softmax over the query axis, no scaling"
     [driver] = places["driver"]
     assert driver["path"] == "coursekit/probe.py" and _line(driver).startswith("def _drive_tensors")
+
+
+def test_without_its_id_in_the_module_the_check_is_the_callable_s_definition(monkeypatch):
+    from types import SimpleNamespace
+
+    from grader import where
+
+    spec = SimpleNamespace(questions=None, inputs=_inputs, reference=_reference)
+    monkeypatch.setattr(where, "_first_line_with", lambda path, text: None)
+    monkeypatch.setattr("grader.checks._core.get", lambda exercise_id: spec)
+    [check] = [p for p in where.check_places("softmax-stable_softmax") if p.kind == "check"]
+    assert check.path.name == "test_where.py" and check.where == _inputs.__code__.co_firstlineno
