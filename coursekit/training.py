@@ -11,9 +11,13 @@ Nothing here is an exercise: it is the plumbing around the learner's model.
   wall-clock budget. Returns a ``History`` (losses, learning rates, seconds).
 * ``exact_match(pred, ref, eos_id)`` and ``evaluate(decode_fn, src, ref, eos_id)``:
   whole-sentence accuracy of greedy translations.
+* ``init_weights(model)``, ``count_parameters(model)`` and ``recorded_attention(attention)``:
+  Xavier initialisation, the size of a model, and the attention weights of a layer's calls
+  (for the pictures).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -22,7 +26,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["History", "evaluate", "exact_match", "grading", "pick_threads", "train"]
+__all__ = ["History", "count_parameters", "evaluate", "exact_match", "grading", "init_weights", "pick_threads",
+           "recorded_attention", "train"]
 
 
 def grading() -> bool:
@@ -188,3 +193,50 @@ def evaluate(decode_fn: Callable[[torch.Tensor], torch.Tensor], src: torch.Tenso
         right.append(exact_match(decode_fn(src[i:i + batch_size]), ref[i:i + batch_size], eos_id))
     right = torch.cat(right) if right else torch.zeros(0, dtype=torch.bool)
     return (right.float().mean().item() if len(right) else math.nan), right
+
+
+def init_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Xavier-uniform initialisation of every weight matrix (and embedding) of ``model``, in
+    place; returns ``model``. Biases and norms keep PyTorch's initial values."""
+    for parameter in model.parameters():
+        if parameter.dim() > 1:
+            torch.nn.init.xavier_uniform_(parameter)
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """The number of numbers ``model`` learns (every parameter's elements, summed)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+@contextlib.contextmanager
+def recorded_attention(attention: torch.nn.MultiheadAttention):
+    """While the ``with`` block runs, record the weights of every call of ``attention``.
+
+    Yields a list that gets one tensor (batch, heads, q_len, k_len) per call, whatever
+    ``need_weights`` the caller asked for: the layer's own output is left as it was, and the
+    weights are computed again from the same query, key, value and masks.
+
+    Raises:
+        TypeError: ``attention`` is not a torch.nn.MultiheadAttention (it alone takes these
+        arguments).
+    """
+    if not isinstance(attention, torch.nn.MultiheadAttention):
+        raise TypeError(f"recorded_attention needs a torch.nn.MultiheadAttention, not {type(attention).__name__}")
+    calls: list = []
+
+    def record(module, args, kwargs, output):
+        query, key, value = (kwargs[name] if name in kwargs else args[i]
+                             for i, name in enumerate(("query", "key", "value")))
+        with torch.no_grad():
+            # module.forward, not module(...): calling the module would run this hook again
+            _, weights = module.forward(query, key, value, key_padding_mask=kwargs.get("key_padding_mask"),
+                                        attn_mask=kwargs.get("attn_mask"), need_weights=True,
+                                        average_attn_weights=False)
+        calls.append(weights)
+
+    handle = attention.register_forward_hook(record, with_kwargs=True)
+    try:
+        yield calls
+    finally:
+        handle.remove()

@@ -14,7 +14,7 @@ from .names import shown
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("release", help="regenerate notebooks/ from solutions/")
+    sub.add_parser("release", help="regenerate notebooks/ from solutions/ (notebook 09's helper cell first)")
     grade = sub.add_parser("grade", help="autograde the course directory's submitted/<student_id>/<assignment_id>/")
     grade.add_argument("--course", type=Path, metavar="DIR",
                        help="the nbgrader course directory (default: the one nbgrader_config.py names, the "
@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--slots", type=int, metavar="N", help="checks run at once (default: the number of cores)")
     serve.add_argument("--seconds", type=float, metavar="S", default=None,
                        help="a check that takes longer is stopped, with one line to the student (default: 180)")
+    where = sub.add_parser("where", help="list every part of one exercise: solution, tests, figures, check, "
+                                         "reference, mistakes, driver, test cases, grade-table column")
+    where.add_argument("exercise", metavar="ID", help="an exercise id, e.g. masking-causal_mask")
     report = sub.add_parser("report", help="the class report and LMS grade tables, after grading")
     report.add_argument("--course", type=Path, metavar="DIR",
                         help="the course directory (default: the one nbgrader_config.py names); writes DIR/report/")
@@ -69,12 +72,17 @@ def main(argv: list[str] | None = None) -> int:
             print("course-grader serve-checks: --slots and --seconds must be positive", file=sys.stderr)
             return 2
         return serve(args.slots, args.seconds or DEFAULT_SECONDS)
+    if args.command == "where":
+        return _where(args.exercise)
     if args.command == "report":
         return _report(args.course, args.roster)
     if args.command == "release":
+        from .assembled import update_sources
         from .release import release
 
-        for path in release():
+        for path in update_sources():
+            print(f"assembled cells rewritten in {path.relative_to(course.ROOT)}")
+        for path in release(update_sources=False):
             print(f"released {path.relative_to(course.ROOT)}")
         return 0
 
@@ -158,6 +166,19 @@ def _report(course_dir: Path | None, roster: Path | None) -> int:
         return 2
     for path in written:
         print(f"wrote {shown(path)}")
+    return 0
+
+
+def _where(exercise_id: str) -> int:
+    from .where import where
+
+    try:
+        places = where(exercise_id)
+    except LookupError as error:
+        print(f"course-grader where: {shown(str(error.args[0]))}", file=sys.stderr)
+        return 2
+    for place in places:
+        print(place)
     return 0
 
 

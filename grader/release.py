@@ -21,7 +21,7 @@ from nbgrader.coursedir import CourseDirectory
 from nbgrader.dbutil import ALEMBIC_DIR
 from nbgrader.preprocessors.base import NbGraderPreprocessor
 
-from . import course
+from . import assembled, course
 
 
 @functools.cache
@@ -100,10 +100,21 @@ class AddCheckCells(NbGraderPreprocessor):
         return nb, resources
 
 
-def release(release_dir: Path = course.NOTEBOOKS) -> list[Path]:
+def release(release_dir: Path = course.NOTEBOOKS, update_sources: bool = True) -> list[Path]:
     """Regenerate the student notebooks (``make release``): what ``nbgrader
     generate_assignment`` writes into release/, written into notebooks/ instead (with a
-    throwaway gradebook); returns the notebooks written."""
+    throwaway gradebook); returns the notebooks written.
+
+    First, with ``update_sources``, the assembled cells of solutions/ (notebook 09's helpers,
+    ``grader/assembled.py``) are rewritten from the cells they copy, so that nbgrader copies
+    them as they are now. The tests pass False: they must find stale sources, not fix them.
+
+    Raises:
+        RuntimeError: nbgrader failed on an assignment (``generate``).
+        KeyError: an assembled cell names a cell or definition that no longer exists.
+    """
+    if update_sources:
+        assembled.update_sources()
     with tempfile.TemporaryDirectory() as scratch:
         generate(release_dir, f"sqlite:///{Path(scratch) / 'gradebook.db'}")
     return sorted(release_dir.glob("*/*.ipynb"))

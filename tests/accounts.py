@@ -120,14 +120,21 @@ class Accounts:
 @pytest.fixture(scope="session")
 def accounts():
     """Student accounts are made with ``accounts.add``, each with a HOME in a world-readable
-    temporary folder; every one still there is removed at the end of the session."""
+    temporary folder; every one still there is removed at the end of the session.
+
+    Without what real accounts need, the tests that use them fail (never skip) with one line
+    saying what to do: a skipped term would hide that it was never tested."""
     if os.geteuid() != 0:
-        pytest.skip("these tests create real student accounts (useradd) and run as them: run them as root")
+        pytest.fail("these tests create real student accounts (useradd) and run as them: run the tests as root "
+                    "(as .ci/run does)", pytrace=False)
     missing = [t for t in ("useradd", "userdel", "runuser", "unshare", "mount") if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"these tests create real student accounts and need {', '.join(missing)}")
+        pytest.fail(f"these tests create real student accounts and need {', '.join(missing)}: "
+                    "apt-get install passwd util-linux mount", pytrace=False)
     if not all(_readable_by_others(p) for p in (Path(sys.prefix), NBGRADER)):
-        pytest.skip(f"other accounts cannot read the venv {sys.prefix}")
+        pytest.fail(f"other accounts cannot read the venv {sys.prefix}: make it and the folders above it "
+                    f"readable and enterable by others (chmod o+rX), or make the venv in a folder that is",
+                    pytrace=False)
     base = Path(tempfile.mkdtemp(prefix="afs-exchange-"))
     os.chmod(base, 0o755)
     accounts = Accounts(base)
@@ -137,8 +144,10 @@ def accounts():
         if accounts.hidden is not None:
             probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True)
             if probe.returncode:
-                pytest.skip(f"the interpreter is under {accounts.hidden}, which students cannot enter, and no "
-                            f"mount namespace can be made to show it to them: {probe.stderr.decode()}")
+                pytest.fail(f"the interpreter is under {accounts.hidden}, which students cannot enter, and no "
+                            f"mount namespace can be made to show it to them ({probe.stderr.decode().strip()}): "
+                            "allow unshare --mount here, or make the venv from a world-readable Python "
+                            "(/usr/bin/python3.11 -m venv)", pytrace=False)
         yield accounts
     finally:
         accounts.remove()

@@ -20,7 +20,7 @@ browser, as an instructor would:
   notebook), ada's saying "Your feedback: 10 / 10 points".
 
 Screenshots of both pages go to the test's temporary folder. Without chromium at
-/usr/bin/chromium the module is skipped, and says how to install it.
+/usr/bin/chromium the tests fail, and say how to install it.
 """
 from __future__ import annotations
 
@@ -46,10 +46,7 @@ ROWS = browser_lab.FORMGRADER_ROWS
 
 @pytest.fixture(scope="module")
 def chromium_context(tmp_path_factory):
-    try:
-        browser_lab.chromium()
-    except browser_lab.BrowserMissing as error:
-        pytest.skip(str(error))
+    browser_lab.require_chromium()
     with browser_lab.browser(tmp_path_factory.mktemp("chromium")) as context:
         yield context
 

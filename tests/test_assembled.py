@@ -1,0 +1,136 @@
+"""Notebook 09's helper cell is the earlier notebooks' own solution code, assembled at
+release (grader/assembled.py), in the instructor's source and in the student version."""
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from grader import assembled, course
+from grader.course import solution_namespace
+
+HEADER = re.compile(r"^# ---- from notebook (?P<assignment>\w+), cell (?P<cell>[\w-]+)(?P<rest>.*) ----$", re.M)
+WRAP = re.compile(r"^(?P<name>\w+) = returns_tensor\((?P=name), torch\.(bool|float32)\)$")
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def _helper_cell(root, assignment="09_transformer", grade_id="transformer-helpers") -> str:
+    nb = nbformat.read(root / assignment / f"{assignment}.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    assert len(cells) == 1, f"{root.name}: one {grade_id} cell expected, found {len(cells)}"
+    assert cells[0].metadata["nbgrader"]["locked"] and not cells[0].metadata["nbgrader"].get("solution")
+    return cells[0].source
+
+
+def _definitions(source: str) -> dict[str, str]:
+    """Top-level function and class name -> its exact source text (decorators included)."""
+    lines = source.splitlines()
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            out[node.name] = "\n".join(lines[start - 1:node.end_lineno])
+    return out
+
+
+def _cell_code(assignment: str, grade_id: str) -> str:
+    """A cell of an earlier solution notebook as its solution reads (nbgrader's markers dropped),
+    read here without grader.assembled, so that the test does not check the generator with itself."""
+    nb = nbformat.read(course.SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return "\n".join(line for line in cell.source.splitlines() if line.strip() not in MARKERS)
+
+
+@pytest.mark.parametrize("root", [course.SOLUTIONS, course.NOTEBOOKS], ids=["solutions", "notebooks"])
+@pytest.mark.parametrize("assignment,grade_id", [("09_transformer", "transformer-helpers"),
+                                                 ("07_encoder", "encoder-helpers")])
+def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id):
+    source = _helper_cell(root, assignment, grade_id)
+    heads = list(HEADER.finditer(source))
+    assert heads, "the helper cell names no source cell"
+    intro = source[:heads[0].start()]
+    assert all(line.startswith("#") or line in ("", "from coursekit import returns_tensor")
+               for line in intro.splitlines()), f"code before the first piece:\n{intro}"
+    assert "do not edit" in intro.lower() and "made by `make release`" in intro
+    copied = []
+    for head, after in zip(heads, heads[1:] + [None]):
+        section = source[head.end():after.start() if after else len(source)]
+        earlier = _definitions(_cell_code(head["assignment"], head["cell"]))
+        mine = _definitions(section)
+        assert mine, f"{head['cell']}: no definition under its header"
+        for name, text in mine.items():
+            assert name in earlier, f"{name} is not defined in {head['assignment']}'s cell {head['cell']}"
+            assert text == earlier[name], f"{name} differs from {head['assignment']}'s cell {head['cell']}"
+        some = re.fullmatch(r" \((\w+(?:, \w+)*)\)", head["rest"])     # "(torch_attn_mask)": only these
+        wanted = some[1].split(", ") if some else list(earlier)        # otherwise all of the cell
+        assert list(mine) == wanted, f"{head['cell']}: {list(mine)} copied, {wanted} named"
+        others = [n for n in ast.parse(section).body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        for node in others:        # the only code the assembly adds: a numpy function made to return tensors
+            line = ast.get_source_segment(section, node)
+            assert WRAP.match(line) and WRAP.match(line)["name"] in mine, f"{head['cell']}: {line!r} is not copied"
+        copied += mine
+    assert {"causal_mask", "sinusoidal_encoding", "EncoderLayer", "DecoderLayer"} <= set(copied) or (
+        assignment == "07_encoder" and copied == ["sinusoidal_encoding"])
+
+
+def test_the_sources_are_up_to_date():
+    assert assembled.stale() == [], "an assembled cell is out of date: run `make release` and commit solutions/"
+
+
+def test_release_copies_a_changed_piece(tmp_path):
+    """Change notebook 07's EncoderLayer in a copy of solutions/: assembling rewrites 09's helper cell."""
+    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {"09_transformer"}:
+        shutil.copytree(course.SOLUTIONS / assignment, tmp_path / assignment)
+    path = tmp_path / "07_encoder" / "07_encoder.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "encoder-EncoderLayer"]
+    cell.source = cell.source.replace("        x = sublayer_connection(x, attend",
+                                      "        # a changed line\n        x = sublayer_connection(x, attend")
+    nbformat.write(nb, path)
+    assert assembled.stale(tmp_path) == ["09_transformer:transformer-helpers"]
+    assert assembled.update_sources(tmp_path) == [tmp_path / "09_transformer" / "09_transformer.ipynb"]
+    assert "        # a changed line\n" in _helper_cell(tmp_path)
+    assert assembled.stale(tmp_path) == [] and assembled.update_sources(tmp_path) == []
+
+
+def test_a_missing_piece_is_named():
+    piece = assembled.Piece("07_encoder", "encoder-NoSuchLayer")
+    with pytest.raises(KeyError, match="encoder-NoSuchLayer"):
+        assembled.piece_code(piece)
+    with pytest.raises(KeyError, match="no_such_function"):
+        assembled.piece_code(assembled.Piece("08_decoder", "decoder-helpers", names=("no_such_function",)))
+
+
+def test_the_numpy_pieces_return_tensors_of_notebook_05_s_values():
+    ns09, ns05 = solution_namespace("09_transformer"), solution_namespace("05_positional_encoding")
+    mask = ns09["causal_mask"](4)
+    assert mask.dtype == torch.bool and mask.tolist() == np.tril(np.ones((4, 4), bool)).tolist()
+    pe = ns09["sinusoidal_encoding"](7, 6)
+    assert pe.dtype == torch.float32
+    np.testing.assert_allclose(pe.numpy(), ns05["sinusoidal_encoding"](7, 6), rtol=1e-6, atol=1e-7)
+    assert "Causal (look-ahead) mask" in ns09["causal_mask"].__doc__     # returns_tensor keeps the docstring
+
+
+def test_recorded_attention_gives_the_weights_of_each_call():
+    from coursekit.training import recorded_attention
+
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    q, kv = torch.randn(1, 3, 8), torch.randn(1, 5, 8)
+    ignore = torch.tensor([[False, False, False, True, True]])
+    with recorded_attention(attention) as calls:
+        out, _ = attention(q, kv, kv, key_padding_mask=ignore, need_weights=False)
+    _, expected = attention(q, kv, kv, key_padding_mask=ignore, average_attn_weights=False)
+    assert len(calls) == 1 and calls[0].shape == (1, 2, 3, 5)
+    torch.testing.assert_close(calls[0], expected)
+    assert float(calls[0][..., 3:].abs().max()) == 0.0
+    attention(q, kv, kv)
+    assert len(calls) == 1, "the hook is removed after the block"
+    with pytest.raises(TypeError, match="MultiheadAttention"):
+        with recorded_attention(torch.nn.Linear(2, 2)):
+            pass
