@@ -1,4 +1,8 @@
-"""References of notebook 08, decoder (PyTorch, as the notebook is)."""
+"""References of notebook 08, decoder (PyTorch, as the notebook is), built on the encoder's.
+
+The layer and the stack are split into methods as in ``reference/encoder.py``, for the
+same reason; wrong shapes raise torch's own RuntimeError.
+"""
 from __future__ import annotations
 
 import torch
