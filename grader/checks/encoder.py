@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from coursekit.drivers.encoder import LAYER_KEYS
 
-from ._core import Call, Case, CheckFailed, Mistake, Raised, Raises, Spec, judge_case, to_array
+from ._core import (Call, Case, CheckFailed, Mistake, Raised, Raises, Spec, Unsupported, judge_case, to_array,
+                    value)
 from .reference import encoder as ref
 
 STACK_ATOL = 1e-4  # deep stacks in float32 (exercise-standard.md)
@@ -35,13 +36,17 @@ def _named(what: str) -> str:
     return what.removeprefix(_OUTPUT)
 
 
-def _raising(told: tuple[tuple[str, str], ...] = (), judge=judge_case):
+def _raising(told: tuple[tuple[str, str], ...] = (), judge=judge_case, by_call: bool = False):
     """A judge hook: a raised error by ``told``, (pattern, template) pairs whose template
     quotes the driver's own sentence as ``{detail}``, else by the spec's rules (``{error}``
-    without its final period, ``{what}`` the call, not its output); else ``judge``."""
+    without its final period, ``{what}`` the call, not its output); else ``judge``.
+    ``by_call``: non-data and a NotImplementedError are named by the call, not the function."""
 
     def judged(case: Case) -> None:
         answer = case.answer
+        if by_call and (isinstance(answer, Unsupported) or isinstance(answer, Raised)
+                        and answer.message.startswith("NotImplementedError")):
+            value(answer, case.what)
         if isinstance(answer, Raised) and not answer.message.startswith("NotImplementedError"):
             message, what = answer.message.rstrip("."), _named(case.what)
             for pattern, template in told:
@@ -141,7 +146,7 @@ LAYER_NORM = Spec(
         Raises("{what} raised {error}: the signature is layer_norm(x, gamma, beta, eps=1e-5)",
                example=lambda x, g, b: ref.layer_norm(x, g, b), match="unexpected keyword argument 'eps'"),
     ),
-    judge=_raising((_NUMPY,)),
+    judge=_raising((_NUMPY,), by_call=True),
     diagnosed=(
         Mistake("numpy", _NUMPY_SAID, lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),
     ),
@@ -193,7 +198,7 @@ FEED_FORWARD = Spec(
                match="cannot be multiplied|mismatch in its core dimension|size mismatch|"
                      "Expected size for first two dimensions|must match the size"),
     ),
-    judge=_raising((_NUMPY,)),
+    judge=_raising((_NUMPY,), by_call=True),
     diagnosed=(
         Mistake("numpy", _NUMPY_SAID, lambda x, W1, b1, W2, b2: ref.feed_forward(x, W1, b1, W2, b2).numpy()),
     ),
@@ -290,7 +295,7 @@ SUBLAYER_CONNECTION = Spec(
                example=lambda x, s, n, norm_first: ref.sublayer_connection(x, s, n, norm_first),
                match="missing 1 required positional argument: 'norm_first'"),
     ),
-    judge=_raising(),
+    judge=_raising(by_call=True),
 )
 
 
