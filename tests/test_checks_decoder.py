@@ -14,7 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grader.checks.decoder import _layer, _layer_params, _stack
+from grader.checks._core import questions
+from grader.checks.decoder import _layer_params
+from grader.checks.reference import decoder as reference
 from tests.check_cases import shared_tests
 from tests.conftest import solution_namespace
 
@@ -404,32 +406,29 @@ globals().update(shared_tests("decoder", MISTAKES, VARIANTS, solutions="decoder_
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_reference_layer_matches_torch(norm_first):
-    """The grader's float64 reference is torch.nn.TransformerDecoderLayer, weight for weight."""
+    """The grader's reference is torch.nn.TransformerDecoderLayer, weight for weight."""
     from coursekit.drivers.decoder import LAYER_PARAMS
 
     rng = np.random.default_rng(4)
-    p = _layer_params(rng, 12, 20)
+    p = {n: torch.tensor(v, dtype=torch.float32) for n, v in _layer_params(rng, 12, 20).items()}
     theirs = nn.TransformerDecoderLayer(12, 3, 20, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
-    theirs.load_state_dict({n: torch.tensor(p[n], dtype=torch.float32) for n in LAYER_PARAMS})
-    y, memory = rng.normal(size=(2, 5, 12)), rng.normal(size=(2, 6, 12))
-    causal = np.tril(np.ones((5, 5), dtype=bool))
-    keep = np.arange(6)[None] < np.array([[5], [3]])
-    ours = _layer(p, y, memory, 3, norm_first, causal, keep)
+    theirs.load_state_dict({n: p[n] for n in LAYER_PARAMS})
+    ours = reference.DecoderLayer(12, 3, 20, norm_first=norm_first).eval()
+    ours.load_state_dict({n: p[n] for n in LAYER_PARAMS})
+    y, memory = torch.tensor(rng.normal(size=(2, 5, 12))).float(), torch.tensor(rng.normal(size=(2, 6, 12))).float()
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    keep = torch.arange(6)[None] < torch.tensor([[5], [3]])
     with torch.no_grad():
-        ref = theirs(torch.tensor(y, dtype=torch.float32), torch.tensor(memory, dtype=torch.float32),
-                     tgt_mask=torch.tensor(~causal), memory_key_padding_mask=torch.tensor(~keep))
-    np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-4, atol=1e-5)
+        mine = ours(y, memory, tgt_mask=causal, memory_padding_mask=keep)
+        ref = theirs(y, memory, tgt_mask=~causal, memory_key_padding_mask=~keep)
+    torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_reference_stack_matches_the_notebook():
     """The grader's stack reference equals the notebook's Decoder loaded with the same weights."""
     from coursekit.drivers.decoder import decoder_stack
-    from grader.checks.decoder import decoder_questions
 
-    question = decoder_questions(np.random.default_rng(0))[0]
-    outs = decoder_stack(NS["Decoder"])(*question.args)
-    question.verify(tuple(o.numpy() for o in outs))
-    case = question.verify.__defaults__[0]
-    expected = _stack(case, case["tgt_ins"][0], case["memories"][0])
-    real = case["tgt_ins"][0] != case["pad"]
-    np.testing.assert_allclose(outs[0].numpy()[real], expected[real], rtol=1e-4, atol=1e-4)
+    args, _ = questions("decoder-Decoder", 0)[0].call()
+    theirs, ours = decoder_stack(NS["Decoder"])(*args), decoder_stack(reference.Decoder)(*args)
+    real = args[-3][0] != args[6]
+    np.testing.assert_allclose(ours[0].numpy()[real], theirs[0].numpy()[real], rtol=1e-4, atol=1e-4)

@@ -140,10 +140,10 @@ def test_the_grep_finds_what_is_planted_in_a_wheel_s_module(wheel_text):
     """The check above is able to fail: each kind of leak, planted in a module, is reported."""
     planted = sorted(solution_lines())[0]
     text = wheel_text["coursekit/data.py"] + (f"\n{planted}\nfrom grader.checks import check\n"
-                                              "def sinusoidal(n, d):\n    ### BEGIN SOLUTION\n")
+                                              "def stable_softmax(x, axis=-1):\n    ### BEGIN SOLUTION\n")
     found = leaks({"coursekit/data.py": text})
     assert len(found) == 4 and all(f.startswith("coursekit/data.py: ") for f in found), found
-    assert any(planted in f for f in found) and any("sinusoidal" in f for f in found)
+    assert any(planted in f for f in found) and any("stable_softmax" in f for f in found)
 
 
 def _kernel(python: Path, tmp: Path, cwd: Path):
