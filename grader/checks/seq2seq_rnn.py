@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn as nn
 
 from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, _explain_raised, close,
                     judge_case, to_array, value)
