@@ -1,10 +1,9 @@
 """Hidden checks of notebook 09, transformer: the full model, the label-smoothed loss, the
 warmup schedule, greedy decoding and one training step.
 
-Grader-side references in numpy float64 (the model, the loss, the schedule, greedy decoding
-of the scripted stand-in) and in torch float64 (the tiny model's training steps). The
-learner's classes and functions of modules are called through the drivers of
-``coursekit/drivers/transformer.py``, which load the weights drawn here by name.
+The references are learner-style torch code (``reference/transformer.py``), run through the
+same drivers as the learner's (``coursekit/drivers/transformer.py``), which load the weights
+drawn here by name; greedy decoding and the training step get the drivers' stand-in models.
 
 Sizes are pairwise distinct: src_vocab 11, tgt_vocab 13, d_model 12, 3 heads (d_k 4),
 d_ff 20, batch 2, source length 5, target length 6, so that swapped embeddings or axes
@@ -15,99 +14,21 @@ Logits at padding positions of tgt_in are not checked (no loss is computed there
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
-from ._core import CheckFailed, Question, Raised, Unsupported, close, exercise, judge, to_array
-from ._core import value as answer_value
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, Unsupported, _explain_raised,
+                    close, judge_case, to_array, value)
+from .reference import transformer as ref
 
 DEEP_ATOL = 1e-4  # two-layer stacks in float32
 
 
-# ---------------------------------------------------------------- numpy reference of the model
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
-
-
-def _layer_norm(x, gamma, beta, eps=1e-5):
-    mean = x.mean(-1, keepdims=True)
-    var = x.var(-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + eps) * gamma + beta
-
-
-def _mha(p: dict, prefix: str, query, key, heads: int, allowed):
-    """torch.nn.MultiheadAttention (in_proj rows q, k, v) with allowed (batch, q, k) True = may attend."""
-    d = query.shape[-1]
-    w, b = p[f"{prefix}.in_proj_weight"], p[f"{prefix}.in_proj_bias"]
-    q = query @ w[:d].T + b[:d]
-    k = key @ w[d:2 * d].T + b[d:2 * d]
-    v = key @ w[2 * d:].T + b[2 * d:]
-    bsz, lq, lk, dk = query.shape[0], query.shape[1], key.shape[1], d // heads
-    q = q.reshape(bsz, lq, heads, dk).transpose(0, 2, 1, 3)
-    k = k.reshape(bsz, lk, heads, dk).transpose(0, 2, 1, 3)
-    v = v.reshape(bsz, lk, heads, dk).transpose(0, 2, 1, 3)
-    with np.errstate(all="ignore"):
-        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dk)
-        scores = np.where(allowed[:, None], scores, -np.inf)
-        weights = np.nan_to_num(_softmax(scores))  # a query with no key left gets no weight (torch's fast path)
-        out = (weights @ v).transpose(0, 2, 1, 3).reshape(bsz, lq, d)
-    return out @ p[f"{prefix}.out_proj.weight"].T + p[f"{prefix}.out_proj.bias"]
-
-
-def _ffn(p, prefix, x):
-    h = np.maximum(x @ p[f"{prefix}.linear1.weight"].T + p[f"{prefix}.linear1.bias"], 0)
-    return h @ p[f"{prefix}.linear2.weight"].T + p[f"{prefix}.linear2.bias"]
-
-
-def _pe(length: int, d: int) -> np.ndarray:
-    pos = np.arange(length)[:, None]
-    angle = pos / 10000 ** (np.arange(0, d, 2) / d)
-    pe = np.zeros((length, d))
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle)[:, : d // 2]
-    return pe
-
-
-def _transformer(p: dict, cfg: dict, src, tgt_in, *, scale="sqrt", pe="both", causal="right",
-                 memory_mask="right", encoder_mask="right", swap_embed=False, output="logits"):
-    """The reference logits (batch, tgt_len, tgt_vocab), or a known mistake's (knobs)."""
-    d, heads, pad = cfg["d_model"], cfg["heads"], cfg["pad_id"]
-    factor = {"sqrt": np.sqrt(d), "none": 1.0, "d_model": float(d)}[scale]
-    src_table, tgt_table = p["src_embed.weight"], p["tgt_embed.weight"]
-    if swap_embed:
-        src_table, tgt_table = tgt_table, src_table
-    x = src_table[src] * factor + (_pe(src.shape[1], d) if pe in ("both", "src") else 0)
-    y = tgt_table[tgt_in] * factor + (_pe(tgt_in.shape[1], d) if pe in ("both", "tgt") else 0)
-    real = src != pad
-    lq, lk = tgt_in.shape[1], src.shape[1]
-    enc_allowed = {"right": np.repeat(real[:, None], lk, 1), "none": np.ones((len(src), lk, lk), bool)}[encoder_mask]
-    for i in range(cfg["layers"]):
-        pre = f"encoder_layers.{i}"
-        x = _layer_norm(x + _mha(p, f"{pre}.self_attn", x, x, heads, enc_allowed), p[f"{pre}.norm1.weight"],
-                        p[f"{pre}.norm1.bias"])
-        x = _layer_norm(x + _ffn(p, pre, x), p[f"{pre}.norm2.weight"], p[f"{pre}.norm2.bias"])
-    tri = {"right": np.tril(np.ones((lq, lq), bool)), "none": np.ones((lq, lq), bool),
-           "diagonal": np.tril(np.ones((lq, lq), bool), -1), "one_ahead": np.tril(np.ones((lq, lq), bool), 1)}[causal]
-    self_allowed = np.repeat(tri[None], len(src), 0)
-    cross_allowed = {"right": np.repeat(real[:, None], lq, 1), "none": np.ones((len(src), lq, lk), bool),
-                     "inverted": np.repeat(~real[:, None], lq, 1)}[memory_mask]
-    for i in range(cfg["layers"]):
-        pre = f"decoder_layers.{i}"
-        y = _layer_norm(y + _mha(p, f"{pre}.self_attn", y, y, heads, self_allowed), p[f"{pre}.norm1.weight"],
-                        p[f"{pre}.norm1.bias"])
-        y = _layer_norm(y + _mha(p, f"{pre}.multihead_attn", y, x, heads, cross_allowed), p[f"{pre}.norm2.weight"],
-                        p[f"{pre}.norm2.bias"])
-        y = _layer_norm(y + _ffn(p, pre, y), p[f"{pre}.norm3.weight"], p[f"{pre}.norm3.bias"])
-    logits = y @ p["generator.weight"].T + p["generator.bias"]
-    if output == "probs":
-        return _softmax(logits)
-    if output == "log_probs":
-        return np.log(_softmax(logits))
-    return logits
-
+# ---------------------------------------------------------------- the model
 
 def _param_shapes(cfg: dict) -> list:
     d, f, sv, tv = cfg["d_model"], cfg["d_ff"], cfg["src_vocab"], cfg["tgt_vocab"]
@@ -146,98 +67,6 @@ def _spec(cfg, p) -> tuple[str, np.ndarray]:
     return spec, np.concatenate([p[n].ravel() for n, _ in shapes])
 
 
-def _raised_model(got: object, what: str) -> None:
-    if not isinstance(got, Raised) or got.message.startswith("NotImplementedError"):
-        return
-    message = got.message
-    if "index out of range" in message:
-        raise CheckFailed(f"{what} raised {message}: token ids beyond an embedding's size. Are src_embed and "
-                          "tgt_embed swapped (src_embed = nn.Embedding(src_vocab, d_model) embeds src, tgt_embed "
-                          "embeds tgt_in)?")
-    if "has no parameter" in message or "should have shape" in message or "one tensor" in message \
-            or "does not name" in message or "has no method" in message:
-        raise CheckFailed(f"{what}: the grader could not load its weights into your model: {message}")
-    if "must match the size" in message and "dimension 1" in message:
-        raise CheckFailed(f"{what} raised {message}. The positional encoding must be cut to the sequence "
-                          "length: pe[:seq_len], not the whole max_len table")
-    raise CheckFailed(f"{what} raised {message}")
-
-
-def _judge_model(got, p, cfg, src, tgt_in, what):
-    _raised_model(got, what)
-    got = answer_value(got, "Transformer")
-    if not isinstance(got, tuple) or len(got) != 3:
-        raise CheckFailed(f"{what}: expected the logits, one tensor (batch, tgt_len, tgt_vocab)")
-    first, second, third = (to_array(a, what) for a in got)
-    real = tgt_in != cfg["pad_id"]  # positions whose logits are checked
-
-    def sel(a):
-        a = np.asarray(a, dtype=np.float64)
-        return a[real] if a.shape == real.shape + (cfg["tgt_vocab"],) else a
-
-    expected = _transformer(p, cfg, src, tgt_in)
-
-    def alt(**knobs):
-        """A known mistake's logits, or None where it cannot run (e.g. ids beyond a swapped table)."""
-        try:
-            return _transformer(p, cfg, src, tgt_in, **knobs)
-        except IndexError:
-            return None
-
-    if first.shape != expected.shape:
-        raise CheckFailed(f"{what} has shape {first.shape}; expected (batch, tgt_len, tgt_vocab) = {expected.shape}: "
-                          "the generator projects every target position to tgt_vocab logits")
-    if not close(sel(first), sel(second), atol=DEEP_ATOL):
-        raise CheckFailed(f"{what}: two calls in eval mode gave different outputs, so dropout is still on in "
-                          "eval mode. Use nn.Dropout modules (model.eval() switches them off), or "
-                          "F.dropout(x, p, training=self.training)")
-    mistakes = [
-        ("the embeddings are not multiplied by sqrt(d_model) (Sec. 3.4): embed(ids) * math.sqrt(d_model), "
-         "then add the positional encoding", alt(scale="none")),
-        ("the embeddings are multiplied by d_model; the paper multiplies them by sqrt(d_model)",
-         alt(scale="d_model")),
-        ("there is no positional encoding: add pe[:seq_len] to the scaled embeddings of both src and tgt_in",
-         alt(pe="none")),
-        ("the positional encoding is added to the source embeddings only: the decoder's input needs it too",
-         alt(pe="src")),
-        ("the positional encoding is added to the target embeddings only: the encoder's input needs it too",
-         alt(pe="tgt")),
-        ("the decoder's self-attention has no causal mask, so position t sees the target tokens after it. "
-         "Pass tgt_mask=causal_mask(tgt_len) to every decoder layer",
-         alt(causal="none")),
-        ("the causal mask hides the diagonal: a position must attend to itself too (position 0 then sees "
-         "nothing at all). Use torch.tril(ones, diagonal=0): position t sees positions 0 ... t",
-         alt(causal="diagonal")),
-        ("the causal mask lets each position see one token ahead (torch.triu/tril off by one): position t may "
-         "attend to positions 0 ... t only, torch.tril(ones, diagonal=0)",
-         alt(causal="one_ahead")),
-        ("the cross-attention ignores the source padding: pass memory_padding_mask=src_mask (True = real "
-         "token) to every decoder layer", alt(memory_mask="none")),
-        ("the encoder's self-attention ignores the source padding: pass src_mask (True = real token) to every "
-         "encoder layer", alt(encoder_mask="none")),
-        ("src_embed and tgt_embed are swapped: src_embed embeds the source ids (encoder), tgt_embed the target "
-         "ids (decoder)", alt(swap_embed=True)),
-        ("it returns probabilities (a softmax of the logits): return the generator's raw logits; the loss "
-         "applies log_softmax itself", alt(output="probs")),
-        ("it returns log-probabilities: return the generator's raw logits; the loss applies log_softmax itself",
-         alt(output="log_probs")),
-    ]
-    mistakes = [(m, sel(a)) for m, a in mistakes if a is not None]
-
-    def nan_hint(a):
-        if np.isnan(a).any():
-            return ("NaN in the logits: some query has no key left. Is the causal mask hiding the diagonal (a "
-                    "position must see itself: torch.tril(..., diagonal=0)), or is a mask inverted (torch's "
-                    "key_padding_mask and attn_mask use True = ignore)?")
-        return None
-
-    judge(sel(first), sel(expected), what, mistakes, hints=[nan_hint], atol=DEEP_ATOL)
-    if third.shape != expected.shape or not close(sel(third), sel(expected), atol=DEEP_ATOL):
-        raise CheckFailed(f"{what}: forward(src, tgt_in) is right, but decode(encode(src, src_mask), src_mask, tgt_in) "
-                          "with src_mask = src != pad_id differs from it. forward should be exactly that; "
-                          "greedy_decode relies on encode and decode")
-
-
 def _tokens(rng, batch, length, vocab, pad, lengths):
     ids = rng.integers(0, vocab, size=(batch, length))
     ids = np.where(ids == pad, (pad + 1) % vocab, ids)
@@ -246,8 +75,7 @@ def _tokens(rng, batch, length, vocab, pad, lengths):
     return ids.astype(np.int64)
 
 
-@exercise("transformer-Transformer", "Transformer", driver="transformer.model")
-def transformer_questions(rng: np.random.Generator) -> list[Question]:
+def _model_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     for cfg, src_lengths, tgt_lengths in [
         (dict(src_vocab=11, tgt_vocab=13, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, pad_id=0), (5, 3), (6, 4)),
@@ -260,184 +88,350 @@ def transformer_questions(rng: np.random.Generator) -> list[Question]:
         what = (f"Transformer(src_vocab={cfg['src_vocab']}, tgt_vocab={cfg['tgt_vocab']}, d_model={cfg['d_model']}, "
                 f"heads={cfg['heads']}, d_ff={cfg['d_ff']}, layers={cfg['layers']}, ...)(src, tgt_in) for src "
                 f"{src.shape} and tgt_in {tgt_in.shape} with padding")
-        asked.append(Question((spec, flat, src, tgt_in),
-                              lambda got, p=p, c=cfg, s=src, t=tgt_in, w=what: _judge_model(got, p, c, s, t, w)))
+        asked.append(Call((spec, flat, src, tgt_in), what=what))
     return asked
+
+
+def _variant(name: str, **methods):
+    """The reference Transformer with some methods replaced: a learner's class with one mistake."""
+    return type("Transformer", (ref.Transformer,), dict(methods, __doc__=name))
+
+
+def _embedding(scale=math.sqrt, src_pe=True, tgt_pe=True, swap=False, dropout=None):
+    """encode/decode whose embedding step has a mistake (scale, positions, tables, dropout)."""
+
+    def embed(self, table, ids, pe):
+        x = table(ids) * scale(self.d_model) + (self.pe[: ids.shape[1]] if pe else 0)
+        return dropout(x) if dropout else self.dropout(x)
+
+    def encode(self, src, src_mask):
+        x = embed(self, self.tgt_embed if swap else self.src_embed, src, src_pe)
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=~src_mask)
+        return x
+
+    def decode(self, memory, src_mask, tgt_in):
+        y = embed(self, self.src_embed if swap else self.tgt_embed, tgt_in, tgt_pe)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask=~ref.causal_mask(tgt_in.shape[1]), memory_key_padding_mask=~src_mask)
+        return self.generator(y)
+
+    return {"encode": encode, "decode": decode}
+
+
+def _decoder_masks(future=lambda T: ~ref.causal_mask(T), memory=lambda src_mask: ~src_mask):
+    """decode with the causal mask or the memory's padding mask wrong (torch's masks: True = ignore)."""
+
+    def decode(self, memory_, src_mask, tgt_in):
+        y = self.dropout(self.tgt_embed(tgt_in) * math.sqrt(self.d_model) + self.pe[: tgt_in.shape[1]])
+        for layer in self.decoder_layers:
+            y = layer(y, memory_, tgt_mask=future(tgt_in.shape[1]), memory_key_padding_mask=memory(src_mask))
+        return self.generator(y)
+
+    return {"decode": decode}
+
+
+def _unmasked_encoder(self, src, src_mask):
+    x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[: src.shape[1]])
+    for layer in self.encoder_layers:
+        x = layer(x)
+    return x
+
+
+def _after(fn):
+    """decode followed by ``fn`` of the logits."""
+    return {"decode": lambda self, memory, src_mask, tgt_in: fn(ref.Transformer.decode(self, memory, src_mask, tgt_in))}
+
+
+def _shared_layers(self, *args, **kwargs):
+    ref.Transformer.__init__(self, *args, **kwargs)
+    self.encoder_layers = torch.nn.ModuleList([self.encoder_layers[0]] * len(self.encoder_layers))
+
+
+def _whole_table(self, src, src_mask):
+    x = self.src_embed(src) * math.sqrt(self.d_model) + self.pe  # (not cut to src_len)
+    for layer in self.encoder_layers:
+        x = layer(x, src_key_padding_mask=~src_mask)
+    return x
+
+
+def _positional_mask(self, src, src_mask):
+    x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[: src.shape[1]])
+    for layer in self.encoder_layers:
+        x = layer(x, ~src_mask)  # torch's second argument is the (len, len) attention mask
+    return x
+
+
+def _forward_apart(self, src, tgt_in):
+    """forward right, but decode (which greedy_decode calls) ignores the source padding."""
+    src_mask = src != self.pad_id
+    return ref.Transformer.decode(self, self.encode(src, src_mask), src_mask, tgt_in)
+
+
+SWAPPED = _variant("embeddings swapped", **_embedding(swap=True))
+SWAPPED_DIAGNOSIS = ("src_embed and tgt_embed are swapped: src_embed embeds the source ids (encoder), tgt_embed "
+                     "the target ids (decoder)")
+TOKEN_IDS_TOO_LARGE = ("token ids beyond an embedding's size. Are src_embed and tgt_embed swapped (src_embed = "
+                       "nn.Embedding(src_vocab, d_model) embeds src, tgt_embed embeds tgt_in)?")
+
+
+def _real(logits: object, call: Call, what: str) -> np.ndarray:
+    """Logits at the positions that are not padding in tgt_in (the only ones a loss reads)."""
+    logits = to_array(logits, what)
+    cfg, tgt_in = json.loads(call.args[0]), call.args[3]
+    real = tgt_in != cfg["pad_id"]
+    return logits[real] if logits.shape == real.shape + (cfg["tgt_vocab"],) else logits
+
+
+def _logits(answer: object, call: Call, what: str) -> np.ndarray:
+    """What is compared: the first forward's logits, at the real positions."""
+    if not isinstance(answer, tuple) or len(answer) != 3:
+        raise CheckFailed(f"{what}: expected the logits, one tensor (batch, tgt_len, tgt_vocab)")
+    return _real(answer[0], call, what)
+
+
+def _judge_model(case: Case) -> None:
+    """The model's own order: how it raised, the shape, dropout in eval mode, the catalogue,
+    then whether decode(encode(...)) agrees with forward (greedy_decode relies on it)."""
+    what, answer = case.what, case.answer
+    if isinstance(answer, Raised) and "index out of range" in answer.message:
+        raise CheckFailed(f"{what} raised {answer.message}: {TOKEN_IDS_TOO_LARGE}")
+    _explain_raised(case)
+    first = _logits(answer, case.call, what)
+    full = to_array(answer[0], what)
+    expected = to_array(case.expected[0], what)
+    if full.shape != expected.shape:
+        raise CheckFailed(f"{what} has shape {full.shape}; expected (batch, tgt_len, tgt_vocab) = {expected.shape}: "
+                          "the generator projects every target position to tgt_vocab logits")
+    second = _real(answer[1], case.call, what)
+    # NaN in both calls is the same output: the hint about NaN says more than "dropout" would
+    if second.shape != first.shape or not np.allclose(first, second, rtol=case.spec.rtol, atol=DEEP_ATOL,
+                                                      equal_nan=True):
+        raise CheckFailed(f"{what}: two calls in eval mode gave different outputs, so dropout is still on in "
+                          "eval mode. Use nn.Dropout modules (model.eval() switches them off), or "
+                          "F.dropout(x, p, training=self.training)")
+    swapped = case.spec.run(SWAPPED, [case.call])[0]
+    if not isinstance(swapped, (Raised, Unsupported)) and close(first, _logits(swapped, case.call, what),
+                                                               atol=DEEP_ATOL):
+        case.fail(SWAPPED_DIAGNOSIS)
+    judge_case(case)
+    third = to_array(answer[2], what)
+    if third.shape != expected.shape or not close(_real(third, case.call, what),
+                                                  _real(expected, case.call, what), atol=DEEP_ATOL):
+        raise CheckFailed(f"{what}: forward(src, tgt_in) is right, but decode(encode(src, src_mask), src_mask, tgt_in) "
+                          "with src_mask = src != pad_id differs from it. forward should be exactly that; "
+                          "greedy_decode relies on encode and decode")
+
+
+TRANSFORMER = Spec(
+    id="transformer-Transformer",
+    function="Transformer",
+    driver="transformer.model",
+    inputs=_model_calls,
+    reference=ref.Transformer,
+    prepare=_logits,
+    judge=_judge_model,
+    atol=DEEP_ATOL,
+    mistakes=(
+        Mistake("no_scale", "the embeddings are not multiplied by sqrt(d_model) (Sec. 3.4): embed(ids) * "
+                "math.sqrt(d_model), then add the positional encoding",
+                _variant("no scale", **_embedding(scale=lambda d: 1.0))),
+        Mistake("scale_d_model", "the embeddings are multiplied by d_model; the paper multiplies them by "
+                "sqrt(d_model)", _variant("scaled by d_model", **_embedding(scale=float))),
+        Mistake("no_positions", "there is no positional encoding: add pe[:seq_len] to the scaled embeddings of "
+                "both src and tgt_in", _variant("no positions", **_embedding(src_pe=False, tgt_pe=False))),
+        Mistake("positions_src_only", "the positional encoding is added to the source embeddings only: the "
+                "decoder's input needs it too", _variant("positions in the encoder", **_embedding(tgt_pe=False))),
+        Mistake("positions_tgt_only", "the positional encoding is added to the target embeddings only: the "
+                "encoder's input needs it too", _variant("positions in the decoder", **_embedding(src_pe=False))),
+        Mistake("no_causal_mask", "the decoder's self-attention has no causal mask, so position t sees the target "
+                "tokens after it. Pass tgt_mask=causal_mask(tgt_len) to every decoder layer",
+                _variant("no causal mask", **_decoder_masks(future=lambda T: None))),
+        Mistake("causal_hides_diagonal", "the causal mask hides the diagonal: a position must attend to itself too "
+                "(position 0 then sees nothing at all). Use torch.tril(ones, diagonal=0): position t sees "
+                "positions 0 ... t", _variant("diagonal hidden", **_decoder_masks(
+                    future=lambda T: ~torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)))),
+        Mistake("causal_one_ahead", "the causal mask lets each position see one token ahead (torch.triu/tril off "
+                "by one): position t may attend to positions 0 ... t only, torch.tril(ones, diagonal=0)",
+                _variant("one ahead", **_decoder_masks(
+                    future=lambda T: ~torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)))),
+        Mistake("no_memory_mask", "the cross-attention ignores the source padding: pass memory_padding_mask="
+                "src_mask (True = real token) to every decoder layer",
+                _variant("no memory mask", **_decoder_masks(memory=lambda src_mask: None))),
+        Mistake("no_encoder_mask", "the encoder's self-attention ignores the source padding: pass src_mask (True "
+                "= real token) to every encoder layer", _variant("no encoder mask", encode=_unmasked_encoder)),
+        Mistake("probabilities", "it returns probabilities (a softmax of the logits): return the generator's raw "
+                "logits; the loss applies log_softmax itself", _variant("softmax", **_after(lambda z: z.softmax(-1)))),
+        Mistake("log_probabilities", "it returns log-probabilities: return the generator's raw logits; the loss "
+                "applies log_softmax itself", _variant("log_softmax", **_after(lambda z: z.log_softmax(-1)))),
+    ),
+    hints=(
+        Hint("NaN in the logits: some query has no key left. Is the causal mask hiding the diagonal (a position "
+             "must see itself: torch.tril(..., diagonal=0)), or is a mask inverted (torch's key_padding_mask and "
+             "attn_mask use True = ignore)?", lambda got, call: bool(np.isnan(got).any()),
+             # (a float mask built as (~allowed) * -inf: 0 * -inf is NaN where attending is allowed)
+             example=_variant("float mask", **_decoder_masks(
+                 future=lambda T: (~ref.causal_mask(T)).float() * float("-inf")))),
+    ),
+    errors=(
+        Raises("{what}: the grader could not load its weights into your model: {error}",
+               match="has no parameter|should have shape|one tensor|does not name|has no method",
+               example=_variant("one layer repeated", __init__=_shared_layers)),
+        Raises("{what} raised {error}. The positional encoding must be cut to the sequence length: pe[:seq_len], "
+               "not the whole max_len table", match="must match the size.*dimension 1",
+               example=_variant("whole table", encode=_whole_table)),
+        Raises("{what} raised {error}", example=_variant("mask as attn_mask", encode=_positional_mask)),
+    ),
+    diagnosed=(
+        # Swapped tables raise for most draws (ids beyond the smaller table) and give wrong logits for
+        # the rest; either way the diagnosis names the two embeddings.
+        Mistake("swapped_embeddings", "src_embed and tgt_embed", SWAPPED),
+        Mistake("functional_dropout", "dropout is still on in eval mode", _variant(
+            "F.dropout", **_embedding(dropout=lambda x: F.dropout(x, 0.3)))),
+        Mistake("decode_ignores_src_mask", "greedy_decode relies on encode and decode", _variant(
+            "forward apart", forward=_forward_apart, **_decoder_masks(memory=lambda src_mask: None))),
+    ),
+)
 
 
 # ---------------------------------------------------------------- label-smoothed loss
 
-def _log_softmax(x):
-    m = x.max(-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
-
-
-def _ls_loss(logits, target, pad, eps, *, spread="nonpad", keep="nonpad", reduce="mean", log="log_softmax"):
-    """The reference (defaults) and the known mistakes, in float64."""
-    V = logits.shape[-1]
-    z = logits.reshape(-1, V)
-    t = target.reshape(-1)
-    with np.errstate(all="ignore"):
-        logp = {"log_softmax": _log_softmax(z), "none": z, "softmax": np.exp(_log_softmax(z)),
-                "log_softmax_axis0": _log_softmax(z.T).T}[log]
-    q = np.zeros_like(z)
-    if spread == "nonpad":          # eps over the V-1 classes other than padding, the true one included
-        q[:] = eps / (V - 1)
-        q[:, pad] = 0
-        q[np.arange(len(t)), t] = 1 - eps + eps / (V - 1)   # (rows whose target is pad are dropped)
-    elif spread == "nonpad_add":    # the same for non-pad targets; a pad target's row gets 1 - eps on pad
-        q[:] = eps / (V - 1)
-        q[:, pad] = 0
-        q[np.arange(len(t)), t] += 1 - eps
-    elif spread == "all":           # torch's label_smoothing: eps / V on every class, padding included
-        q[:] = eps / V
-        q[np.arange(len(t)), t] += 1 - eps
-    elif spread == "over_V":        # eps / V on non-pad classes: the distribution sums to 1 - eps / V
-        q[:] = eps / V
-        q[:, pad] = 0
-        q[np.arange(len(t)), t] += 1 - eps
-    elif spread == "others":        # true class 1 - eps, eps over the V - 2 others (neither true nor pad)
-        q[:] = eps / (V - 2)
-        q[:, pad] = 0
-        q[np.arange(len(t)), t] = 1 - eps
-    elif spread == "true_only_eps":  # forgot the 1 - eps: true class gets 1 + eps/(V-1)
-        q[:] = eps / (V - 1)
-        q[:, pad] = 0
-        q[np.arange(len(t)), t] += 1
-    with np.errstate(all="ignore"):
-        per_token = -(q * logp).sum(-1)
-    mask = t != pad if keep == "nonpad" else np.ones_like(t, dtype=bool)
-    if reduce == "sum":
-        return np.float64(per_token[mask].sum())
-    if reduce == "sentence_mean":
-        tok = per_token.reshape(target.shape)
-        m = mask.reshape(target.shape)
-        return np.float64(np.mean([tok[b][m[b]].mean() for b in range(tok.shape[0]) if m[b].any()]))
-    return np.float64(per_token[mask].mean())
-
-
-def _judge_loss(got, logits, target, pad, eps, what):
-    if isinstance(got, Raised) and not got.message.startswith("NotImplementedError"):
-        message = got.message
-        hint = ""
-        if "scatter" in message or "gather" in message or "Index tensor must have" in message:
-            hint = (": scatter_/gather need an index with the same number of axes as the tensor, "
-                    "target.unsqueeze(-1)")
-        elif "expected scalar type Long" in message or "must be of type Long" in message:
-            hint = ": token ids index: keep target int64 (torch.long)"
-        raise CheckFailed(f"{what} raised {message}{hint}")
-    got = answer_value(got, "label_smoothed_loss")
-    arr = to_array(got, what)
-    if arr.size == len(target.reshape(-1)) or arr.shape == target.shape:
-        raise CheckFailed(f"{what} returns one loss per token, shape {arr.shape}: average over the non-padding "
-                          "tokens and return a scalar")
-    if arr.shape not in ((), (1,)):
-        raise CheckFailed(f"{what} should be a scalar (a 0-d tensor), but it has shape {arr.shape}")
-    arr = arr.reshape(())
-    A = lambda **k: _ls_loss(logits, target, pad, eps, **k)
-    mistakes = [
-        ("it puts smoothing mass on the padding class (torch's label_smoothing spreads eps / V over all V "
-         "classes, padding included). Give padding probability 0 and spread eps over the other V - 1 "
-         "classes: eps / (V - 1) each, plus 1 - eps on the true class", A(spread="all")),
-        ("padding positions are not ignored: average only over the tokens whose target is not pad_id",
-         A(keep="all")),
-        ("padding positions are not ignored: average only over the tokens whose target is not pad_id",
-         A(keep="all", spread="nonpad_add")),
-        ("padding positions are not ignored, and smoothing mass sits on the padding class",
-         A(keep="all", spread="all")),
-        ("it sums over the tokens; take the mean over the non-padding tokens", A(reduce="sum")),
-        ("it averages per sentence, then over sentences; average over all non-padding tokens of the batch "
-         "at once (as F.cross_entropy's 'mean' with ignore_index does)", A(reduce="sentence_mean")),
-        ("it spreads eps / V over the non-padding classes, so the target distribution sums to 1 - eps / V, "
-         "not 1: with padding excluded there are V - 1 classes, eps / (V - 1) each", A(spread="over_V")),
-        ("the true class gets 1 - eps and eps is spread over the V - 2 other non-padding classes; the stated "
-         "convention spreads eps over all V - 1 non-padding classes, the true one included, so the true class "
-         "gets 1 - eps + eps / (V - 1)", A(spread="others")),
-        ("the true class gets 1 + eps / (V - 1): subtract eps from it (1 - eps + eps / (V - 1)), so the "
-         "distribution sums to 1", A(spread="true_only_eps")),
-        ("it uses the logits as log-probabilities: take F.log_softmax(logits, dim=-1) first",
-         A(log="none")),
-        ("it uses probabilities (softmax) where log-probabilities belong: F.log_softmax(logits, dim=-1)",
-         A(log="softmax")),
-    ]
-    expected = A()
-    judge(arr, expected, what, [(m, np.asarray(a)) for m, a in mistakes if np.isfinite(a)])
-
-
-@exercise("transformer-label_smoothed_loss", "label_smoothed_loss", driver="tensors")
-def label_smoothed_loss_questions(rng: np.random.Generator) -> list[Question]:
+def _loss_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     for shape, vocab, pad, eps, lengths in [((3, 5), 7, 0, 0.1, (5, 2, 4)), ((2, 4), 9, 3, 0.25, (4, 1)),
                                             ((2, 6), 6, 1, 0.0, (6, 3))]:
         logits = rng.normal(scale=2.0, size=shape + (vocab,))
         target = _tokens(rng, shape[0], shape[1], vocab, pad, lengths)
         what = (f"label_smoothed_loss(logits {logits.shape}, target {target.shape}, pad_id={pad}, smoothing={eps})")
-        asked.append(Question((logits, target, pad, eps),
-                              lambda got, l=logits, t=target, p=pad, e=eps, w=what: _judge_loss(got, l, t, p, e, w)))
+        asked.append(Call((logits, target, pad, eps), what=what))
     # 2-D logits (tokens, V) and float32 logits
     logits = rng.normal(scale=1.5, size=(7, 8)).astype(np.float32)
     target = rng.integers(1, 8, size=7).astype(np.int64)
     target[[2, 5]] = 0
     what = "label_smoothed_loss(logits (7, 8) float32, target (7,), pad_id=0, smoothing=0.2)"
-    asked.append(Question((logits, target, 0, 0.2),
-                          lambda got: _judge_loss(got, logits.astype(np.float64), target, 0, 0.2, what)))
+    asked.append(Call((logits, target, 0, 0.2), what=what))
     return asked
+
+
+def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
+    """The loss as a 0-d array; one loss per token, or any other shape, is diagnosed here."""
+    arr = to_array(answer, what)
+    target = np.asarray(call.args[1])
+    if arr.size == target.size or arr.shape == target.shape:
+        raise CheckFailed(f"{what} returns one loss per token, shape {arr.shape}: average over the non-padding "
+                          "tokens and return a scalar")
+    if arr.shape not in ((), (1,)):
+        raise CheckFailed(f"{what} should be a scalar (a 0-d tensor), but it has shape {arr.shape}")
+    return arr.reshape(())
+
+
+def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log=lambda z: F.log_softmax(z, dim=-1)):
+    """A label_smoothed_loss with one of the known mistakes: the target distribution (spread), the
+    positions averaged over, the reduction, or what stands for the log-probabilities."""
+
+    def label_smoothed_loss(logits, target, pad_id, smoothing):
+        V = logits.shape[-1]
+        log_probs, t = log(logits).reshape(-1, V), target.reshape(-1)
+        rows = torch.arange(len(t))
+        others = {"nonpad": V - 1, "all": V, "over_V": V, "others": V - 2, "true_only_eps": V - 1}[spread]
+        q = torch.full_like(log_probs, smoothing / others)
+        if spread != "all":
+            q[:, pad_id] = 0.0
+        if spread == "others":
+            q[rows, t] = 1 - smoothing
+        elif spread == "true_only_eps":
+            q[rows, t] += 1
+        else:
+            q[rows, t] += 1 - smoothing
+        per_token = -(q * log_probs).sum(-1)
+        kept = t != pad_id
+        if reduce == "sentence_mean":
+            per_token, kept = per_token.reshape(target.shape), kept.reshape(target.shape)
+            return torch.stack([row[k].mean() for row, k in zip(per_token, kept) if k.any()]).mean()
+        per_token = per_token if keep_pads else per_token[kept]
+        return per_token.sum() if reduce == "sum" else per_token.mean()
+
+    return label_smoothed_loss
+
+
+def _pads_kept_scatter(logits, target, pad_id, smoothing):
+    """The reference's scatter_ construction, averaged over every position (pad targets too)."""
+    V = logits.shape[-1]
+    log_probs, t = F.log_softmax(logits, dim=-1).reshape(-1, V), target.reshape(-1)
+    q = torch.full_like(log_probs, smoothing / (V - 1))
+    q[:, pad_id] = 0.0
+    q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
+    return -(q * log_probs).sum(-1).mean()
+
+
+def _torch_smoothing(logits, target, pad_id, smoothing):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
+
+
+def _scatter_without_axis(logits, target, pad_id, smoothing):
+    V = logits.shape[-1]
+    q = torch.full_like(logits, smoothing / (V - 1))
+    q.scatter_(-1, target, 1 - smoothing)  # index needs the same number of axes: target.unsqueeze(-1)
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+def _float_target(logits, target, pad_id, smoothing):
+    V = logits.shape[-1]
+    return F.nll_loss(F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1).float(), ignore_index=pad_id)
+
+
+LABEL_SMOOTHED_LOSS = Spec(
+    id="transformer-label_smoothed_loss",
+    function="label_smoothed_loss",
+    driver="tensors",
+    inputs=_loss_calls,
+    reference=ref.label_smoothed_loss,
+    prepare=_scalar,
+    mistakes=(
+        Mistake("torch_label_smoothing", "it puts smoothing mass on the padding class (torch's label_smoothing "
+                "spreads eps / V over all V classes, padding included). Give padding probability 0 and spread eps "
+                "over the other V - 1 classes: eps / (V - 1) each, plus 1 - eps on the true class", _torch_smoothing),
+        Mistake("pads_kept", "padding positions are not ignored: average only over the tokens whose target is not "
+                "pad_id", _smoothed(keep_pads=True)),
+        Mistake("pads_kept_scatter", "padding positions are not ignored: average only over the tokens whose target "
+                "is not pad_id", _pads_kept_scatter),
+        Mistake("pads_kept_mass_on_pad", "padding positions are not ignored, and smoothing mass sits on the "
+                "padding class", _smoothed(spread="all", keep_pads=True)),
+        Mistake("sum", "it sums over the tokens; take the mean over the non-padding tokens", _smoothed(reduce="sum")),
+        Mistake("sentence_mean", "it averages per sentence, then over sentences; average over all non-padding "
+                "tokens of the batch at once (as F.cross_entropy's 'mean' with ignore_index does)",
+                _smoothed(reduce="sentence_mean")),
+        Mistake("over_V", "it spreads eps / V over the non-padding classes, so the target distribution sums to "
+                "1 - eps / V, not 1: with padding excluded there are V - 1 classes, eps / (V - 1) each",
+                _smoothed(spread="over_V")),
+        Mistake("annotated_convention", "the true class gets 1 - eps and eps is spread over the V - 2 other "
+                "non-padding classes; the stated convention spreads eps over all V - 1 non-padding classes, the "
+                "true one included, so the true class gets 1 - eps + eps / (V - 1)", _smoothed(spread="others")),
+        Mistake("true_class_plus_one", "the true class gets 1 + eps / (V - 1): subtract eps from it (1 - eps + "
+                "eps / (V - 1)), so the distribution sums to 1", _smoothed(spread="true_only_eps")),
+        Mistake("logits_as_log_probs", "it uses the logits as log-probabilities: take F.log_softmax(logits, "
+                "dim=-1) first", _smoothed(log=lambda z: z)),
+        Mistake("probabilities", "it uses probabilities (softmax) where log-probabilities belong: "
+                "F.log_softmax(logits, dim=-1)", _smoothed(log=lambda z: z.softmax(-1))),
+    ),
+    errors=(
+        Raises("{what} raised {error}: scatter_/gather need an index with the same number of axes as the tensor, "
+               "target.unsqueeze(-1)", match="scatter|gather|Index tensor must have", example=_scatter_without_axis),
+        Raises("{what} raised {error}: token ids index: keep target int64 (torch.long)",
+               match="expected scalar type Long|must be of type Long|dtype to be Long", example=_float_target),
+        Raises("{what} raised {error}", example=lambda logits, target, pad_id, smoothing: logits.log_softmax()),
+    ),
+    diagnosed=(
+        Mistake("per_token", "returns one loss per token", lambda logits, target, pad_id, smoothing:
+                F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")),
+    ),
+)
 
 
 # ---------------------------------------------------------------- learning-rate schedule
 
-def _noam(step, d_model, warmup, factor=1.0, *, how="right"):
-    s = step + 1 if how == "from_zero" else step
-    if how == "warmup_half":
-        return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup ** -0.5)
-    if how == "d_model_pos":
-        return factor * d_model ** 0.5 * min(s ** -0.5, s * warmup ** -1.5)
-    if how == "max":
-        return factor * d_model ** -0.5 * max(s ** -0.5, s * warmup ** -1.5)
-    if how == "no_factor":
-        return d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
-    if how == "no_d_model":
-        return factor * min(s ** -0.5, s * warmup ** -1.5)
-    return factor * d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5)
-
-
-def _judge_noam(got, args, what):
-    step, d_model, warmup, factor = args
-    if isinstance(got, Raised) and not got.message.startswith("NotImplementedError"):
-        raise CheckFailed(f"{what} raised {got.message}")
-    arr = to_array(got, what)
-    if arr.shape not in ((), (1,)):
-        raise CheckFailed(f"{what} should be one number, but it has shape {arr.shape}")
-    arr = arr.reshape(())
-    n = lambda how: np.float64(_noam(step, d_model, warmup, factor, how=how))
-    mistakes = [
-        ("the warmup term uses warmup ** -0.5; the paper has step * warmup ** -1.5 (Sec. 5.3)", n("warmup_half")),
-        ("it multiplies by d_model ** 0.5; the paper has d_model ** -0.5", n("d_model_pos")),
-        ("it takes the max of the two terms; the paper takes the min (a linear rise, then step ** -0.5)",
-         n("max")),
-        ("it counts steps from 0 (uses step + 1): the step number passed in is already 1-based", n("from_zero")),
-        ("factor is ignored: multiply the schedule by factor", n("no_factor")),
-        ("d_model ** -0.5 is missing", n("no_d_model")),
-    ]
-    judge(arr, np.float64(n("right")), what, [(m, a) for m, a in mistakes], rtol=1e-6, atol=1e-12)
-
-
-def _judge_noam_zero(got, what):
-    if isinstance(got, Raised):
-        if got.message.startswith("ValueError"):
-            return
-        if got.message.startswith("NotImplementedError"):
-            answer_value(got, "noam_lr")
-        if got.message.startswith("ZeroDivisionError"):
-            raise CheckFailed(f"{what} raised {got.message}; check step < 1 first and raise ValueError, as the "
-                              "docstring says")
-        raise CheckFailed(f"{what} raised {got.message}; it should raise ValueError, as the docstring says")
-    raise CheckFailed(f"{what} returned a value; steps start at 1, so it should raise ValueError, as the "
-                      "docstring says")
-
-
-@exercise("transformer-noam_lr", "noam_lr")
-def noam_lr_questions(rng: np.random.Generator) -> list[Question]:
+def _schedule_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     d_model = int(rng.choice([48, 64, 96]))
     warmup = int(rng.choice([40, 50, 70]))
@@ -445,116 +439,90 @@ def noam_lr_questions(rng: np.random.Generator) -> list[Question]:
                          (int(rng.integers(3 * warmup, 5 * warmup)), 1.5), (int(rng.integers(2, warmup - 5)), 1.0)]:
         args = (step, d_model, warmup, factor)
         what = f"noam_lr(step={step}, d_model={d_model}, warmup={warmup}, factor={factor})"
-        asked.append(Question(args, lambda got, a=args, w=what: _judge_noam(got, a, w)))
+        asked.append(Call(args, what=what))
     # the default factor (by position only)
-    args = (7, 32, 25, 1.0)
-    asked.append(Question((7, 32, 25), lambda got: _judge_noam(got, args, "noam_lr(7, 32, 25)")))
-    asked.append(Question((0, 64, 50), lambda got: _judge_noam_zero(got, "noam_lr(step=0, d_model=64, warmup=50)")))
+    asked.append(Call((7, 32, 25), what="noam_lr(7, 32, 25)"))
+    asked.append(Call((0, 64, 50), what="noam_lr(step=0, d_model=64, warmup=50)", raises="ValueError"))
     return asked
+
+
+def _one_number(answer: object, call: Call, what: str) -> np.ndarray:
+    arr = to_array(answer, what)
+    if arr.shape not in ((), (1,)):
+        raise CheckFailed(f"{what} should be one number, but it has shape {arr.shape}")
+    return arr.reshape(())
+
+
+def _judge_schedule(case: Case) -> None:
+    """Step 0 must raise ValueError (the docstring); every other step is judged by value."""
+    if not case.call.raises:
+        if not isinstance(case.answer, Raised):
+            value(case.answer, case.what)  # (a missing return named with its call, as before)
+        return judge_case(case)
+    what, got = case.what, case.answer
+    if not isinstance(got, Raised):
+        case.fail("returned a value; steps start at 1, so it should raise ValueError, as the docstring says")
+    if got.message.startswith("ValueError"):
+        return None
+    if got.message.startswith("NotImplementedError"):
+        value(got, "noam_lr")
+    if got.message.startswith("ZeroDivisionError"):
+        raise CheckFailed(f"{what} raised {got.message}; check step < 1 first and raise ValueError, as the "
+                          "docstring says")
+    raise CheckFailed(f"{what} raised {got.message}; it should raise ValueError, as the docstring says")
+
+
+def _noam(s, d_model, warmup, factor, warmup_power=-1.5, d_model_power=-0.5, pick=min, offset=0):
+    """The schedule's formula with one exponent, the min or the step count changed."""
+    if s < 1:
+        raise ValueError("steps start at 1")
+    s += offset
+    return factor * d_model ** d_model_power * pick(s ** -0.5, s * warmup ** warmup_power)
+
+
+def _asserted_step(step, d_model, warmup, factor=1.0):
+    assert step >= 1, "steps start at 1"
+    return _noam(step, d_model, warmup, factor)
+
+
+NOAM_LR = Spec(
+    id="transformer-noam_lr",
+    function="noam_lr",
+    inputs=_schedule_calls,
+    reference=ref.noam_lr,
+    prepare=_one_number,
+    judge=_judge_schedule,
+    rtol=1e-6,
+    atol=1e-12,
+    mistakes=(
+        Mistake("warmup_half", "the warmup term uses warmup ** -0.5; the paper has step * warmup ** -1.5 (Sec. 5.3)",
+                lambda s, d, w, f=1.0: _noam(s, d, w, f, warmup_power=-0.5)),
+        Mistake("d_model_positive", "it multiplies by d_model ** 0.5; the paper has d_model ** -0.5",
+                lambda s, d, w, f=1.0: _noam(s, d, w, f, d_model_power=0.5)),
+        Mistake("max", "it takes the max of the two terms; the paper takes the min (a linear rise, then step ** -0.5)",
+                lambda s, d, w, f=1.0: _noam(s, d, w, f, pick=max)),
+        Mistake("from_zero", "it counts steps from 0 (uses step + 1): the step number passed in is already 1-based",
+                lambda s, d, w, f=1.0: _noam(s, d, w, f, offset=1)),
+        Mistake("no_factor", "factor is ignored: multiply the schedule by factor",
+                lambda s, d, w, f=1.0: _noam(s, d, w, 1.0)),
+        Mistake("no_d_model", "d_model ** -0.5 is missing", lambda s, d, w, f=1.0: _noam(s, d, w, f, d_model_power=0)),
+    ),
+    errors=(
+        Raises("{what} raised {error}", example=lambda s, d, w, f=1.0: f * d ** -0.5 * np.min(s ** -0.5, s * w ** -1.5)),
+    ),
+    diagnosed=(
+        Mistake("no_step_check", "check step < 1 first and raise ValueError",
+                lambda s, d, w, f=1.0: f * d ** -0.5 * min(s ** -0.5, s * w ** -1.5)),
+        Mistake("assert_step", "it should raise ValueError, as the docstring says", _asserted_step),
+        Mistake("clamped_step", "returned a value; steps start at 1",
+                lambda s, d, w, f=1.0: _noam(max(s, 1), d, w, f)),
+    ),
+)
 
 
 # ---------------------------------------------------------------- greedy decoding
 
-def _scripted_logits_top(plan, bos, junk, prefix, b, t):
-    want = [bos] + list(plan[b][:t])
-    return plan[b][t] if t < len(plan[b]) and list(prefix[:t + 1]) == want else junk
-
-
-def _greedy(plan, src, bos, eos, pad, max_len, junk, *, how="right"):
-    """Greedy decoding of the scripted stand-in, in plain Python: (tokens, decode calls)."""
-    plan = [list(r) for r in plan]
-    batch = len(plan)
-    ys = [[bos] for _ in range(batch)]
-    done = [False] * batch
-    calls = 0
-    for step in range(max_len):
-        calls += 1
-        nxt = []
-        for b in range(batch):
-            if how == "last_only":
-                prefix = [ys[b][-1]]
-                t = 0
-            else:
-                prefix = ys[b]
-                t = 0 if how == "first_position" else len(prefix) - 1
-            nxt.append(_scripted_logits_top(plan, bos, junk, prefix, b, t))
-        for b in range(batch):
-            if done[b] and how not in ("no_stop", "no_pad"):
-                nxt[b] = pad
-            ys[b].append(nxt[b])
-            if nxt[b] == eos:
-                done[b] = True
-        if how == "any_stop" and any(done):
-            break
-        if all(done) and how not in ("no_early_exit", "no_stop"):
-            break
-    out = np.array([row[1:] for row in ys], dtype=np.int64)
-    if how == "keep_bos":
-        out = np.array(ys, dtype=np.int64)
-    if how == "drop_eos":
-        out = np.where(out == eos, pad, out)
-    return out, calls
-
-
-def _judge_greedy(got, plan, src, bos, eos, pad, max_len, junk, what):
-    if isinstance(got, Raised) and not got.message.startswith("NotImplementedError"):
-        message = got.message
-        if "more than" in message and "times" in message:
-            raise CheckFailed(f"{what}: the loop does not stop after max_len steps. Loop for at most max_len "
-                              "steps (for _ in range(max_len)) and break early when every sentence has its EOS")
-        if "not model(...)" in message:
-            raise CheckFailed(f"{what} raised {message}")
-        raise CheckFailed(f"{what} raised {message}")
-    got = answer_value(got, "greedy_decode")
-    if not isinstance(got, tuple) or len(got) != 3:
-        raise CheckFailed(f"{what}: expected one int64 tensor of token ids")
-    raw, calls, mask_ok = got
-    if isinstance(raw, (Raised, Unsupported)) or isinstance(raw, tuple):
-        to_array(raw, what)
-    if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "iub":
-        kind = getattr(raw, "dtype", type(raw))
-        raise CheckFailed(f"{what} returns {kind} values; return token ids as an int64 tensor (argmax gives int64)")
-    tokens = raw.astype(np.int64)
-    expected, expected_calls = _greedy(plan, src, bos, eos, pad, max_len, junk)
-    variant = lambda how: _greedy(plan, src, bos, eos, pad, max_len, junk, how=how)[0]
-    mistakes = [
-        ("it keeps BOS as the first column: return the generated tokens only, ys[:, 1:]", variant("keep_bos")),
-        ("it does not stop a sentence at its EOS: every token after a sentence's EOS must be pad_id "
-         "(keep a `finished` flag per sentence and write pad_id once it is set)", variant("no_stop")),
-        ("it does not stop a sentence at its EOS: every token after a sentence's EOS must be pad_id "
-         "(keep a `finished` flag per sentence and write pad_id once it is set)", variant("no_pad")),
-        ("tokens after EOS are padded, but the loop runs on to max_len after every sentence has finished: "
-         "break as soon as all sentences have produced EOS (the output is then shorter than max_len)",
-         variant("no_early_exit")),
-        ("it stops as soon as ANY sentence produces EOS; stop when ALL of them have", variant("any_stop")),
-        ("it takes the prediction at the first position, logits[:, 0]; the next token is predicted at the "
-         "LAST position, logits[:, -1]", variant("first_position")),
-        ("it feeds the decoder only the last token; feed the whole prefix [BOS, y1, ..., yt] every step "
-         "(the decoder attends over all of it)", variant("last_only")),
-        ("EOS itself is missing from the output: keep the EOS token, then pad_id after it", variant("drop_eos")),
-    ]
-    mistakes = [(m, a) for m, a in mistakes]
-    for message, wrong in mistakes:
-        if wrong.shape == tokens.shape and np.array_equal(wrong, tokens) and not np.array_equal(expected, tokens):
-            raise CheckFailed(f"{what}: {message}")
-    if tokens.shape != expected.shape:
-        raise CheckFailed(f"{what} has shape {tokens.shape}; expected {expected.shape} (batch, steps run), "
-                          "without BOS, stopping when every sentence has produced EOS or after max_len steps")
-    if not np.array_equal(tokens, expected):
-        raise CheckFailed(f"{what} returns other tokens than greedy decoding gives: at each step feed the "
-                          "prefix so far to model.decode, take the argmax over the vocabulary (the last axis) "
-                          "at the last position, append it")
-    calls = np.asarray(calls).reshape(-1)
-    if int(calls[0]) != 1:
-        raise CheckFailed(f"{what} called model.encode {int(calls[0])} times: encode the source once, before the "
-                          "loop, and reuse the memory")
-    if not bool(np.asarray(mask_ok).reshape(-1)[0]):
-        raise CheckFailed(f"{what} did not pass src_mask = (src != pad_id) (a bool tensor, True = real token) to "
-                          "model.encode and model.decode")
-
-
-@exercise("transformer-greedy_decode", "greedy_decode", driver="transformer.greedy")
-def greedy_decode_questions(rng: np.random.Generator) -> list[Question]:
+def _greedy_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     # (vocab, bos, eos, pad, junk, eos step per sentence (None = never), max_len)
     for vocab, bos, eos, pad, junk, eos_at, max_len in [
@@ -572,128 +540,126 @@ def greedy_decode_questions(rng: np.random.Generator) -> list[Question]:
         src[1, 3:] = pad
         what = (f"greedy_decode(model, src {src.shape}, bos_id={bos}, eos_id={eos}, pad_id={pad}, max_len={max_len}) "
                 "on a stand-in model whose outputs the grader scripted")
-        asked.append(Question((plan, src, bos, eos, pad, max_len, vocab, junk),
-                              lambda got, a=(plan, src, bos, eos, pad, max_len, junk), w=what: _judge_greedy(got, *a, w)))
+        asked.append(Call((plan, src, bos, eos, pad, max_len, vocab, junk), what=what))
     return asked
 
 
-# ---------------------------------------------------------------- one training step
+def _decoder(stop_at_eos=True, keep_bos=False, early_exit=True, any_stop=False, position=-1, last_only=False,
+             encode_each_step=False, bounded=True, write_eos=True, mask=lambda src, pad_id: src != pad_id,
+             pick=lambda logits: logits.argmax(-1), layout=lambda ys: ys):
+    """A greedy_decode with one of the known mistakes switched on (defaults: right)."""
 
-def _tiny_reference(arrays, pad, srcs, tgts, lrs, optimizer, *, shift="right", zero_grad=True,
-                    scheduler="after", train_mode=True):
-    """Parameters after each step and the losses, in torch float64, as train_step should do."""
-    import torch
+    @torch.no_grad()
+    def greedy_decode(model, src, bos_id, eos_id, pad_id, max_len):
+        src_mask = mask(src, pad_id)
+        memory = model.encode(src, src_mask)
+        ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        step = 0
+        while step < max_len or not bounded:
+            step += 1
+            if encode_each_step:
+                memory = model.encode(src, src_mask)
+            nxt = pick(model.decode(memory, src_mask, ys[:, -1:] if last_only else ys)[:, position])
+            ended = nxt == eos_id
+            if stop_at_eos:
+                nxt = nxt.masked_fill(done, pad_id)
+            if not write_eos:
+                nxt = nxt.masked_fill(ended, pad_id)
+            ys = torch.cat([ys, nxt[:, None]], 1)
+            done |= ended if not write_eos else nxt == eos_id
+            if any_stop and done.any():
+                break
+            if early_exit and done.all():
+                break
+        return layout(ys if keep_bos else ys[:, 1:])
 
-    params = [torch.tensor(arrays[k], dtype=torch.float64, requires_grad=True)
-              for k in ("src_embed", "tgt_embed", "out_weight", "out_bias")]
-    if optimizer == "adam":
-        opt = torch.optim.Adam(params, lr=1.0)
+    return greedy_decode
+
+
+def _judge_greedy(case: Case) -> None:
+    """Tokens first (the catalogue by exact equality: ids are integers), then how the stand-in
+    was used: one encode, the source mask."""
+    what = case.what
+    if isinstance(case.answer, Raised) and re.search("more than .* times", case.answer.message):
+        case.fail(LOOP_UNBOUNDED)  # (the stand-in raises after max_len + 3 calls of decode)
+    _explain_raised(case)
+    got = value(case.answer, "greedy_decode")
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise CheckFailed(f"{what}: expected one int64 tensor of token ids")
+    raw, calls, mask_ok = got
+    if isinstance(raw, (Raised, Unsupported)) or isinstance(raw, tuple):
+        to_array(raw, what)
+    if not isinstance(raw, np.ndarray) or raw.dtype.kind not in "iub":
+        kind = getattr(raw, "dtype", type(raw))
+        raise CheckFailed(f"{what} returns {kind} values; return token ids as an int64 tensor (argmax gives int64)")
+    tokens, expected = raw.astype(np.int64), case.expected[0]
+    if np.array_equal(tokens, expected):
+        pass
     else:
-        opt = torch.optim.SGD(params, lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: lrs[min(k, len(lrs) - 1)])
-    if scheduler == "before":
-        sched.step()
-    losses, snaps = [], []
-    for src, tgt in zip(srcs, tgts):
-        src, tgt = torch.tensor(src), torch.tensor(tgt)
-        if shift == "right":
-            tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
-        elif shift == "none":
-            tgt_in, tgt_out = tgt, tgt
-        else:  # reversed
-            tgt_in, tgt_out = tgt[:, 1:], tgt[:, :-1]
-        s_emb, t_emb, w, b = params
-        real = (src != pad).to(torch.float64)
-        context = (s_emb[src] * real[..., None]).sum(1) / real.sum(1, keepdim=True)
-        logits = torch.tanh(t_emb[tgt_in] + context[:, None]) @ w.T + b
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt_out.reshape(-1),
-                                                 ignore_index=pad)
-        if zero_grad:
-            opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if scheduler in ("after", "before"):
-            sched.step()
-        losses.append(loss.item())
-        snaps.append(torch.cat([p.detach().flatten() for p in params]).numpy())
-    return np.array(losses), np.stack(snaps)
+        for mistake, wrong in case.mistaken():
+            if isinstance(wrong, tuple) and isinstance(wrong[0], np.ndarray) and np.array_equal(wrong[0], tokens):
+                case.fail(mistake.diagnosis)
+        if tokens.shape != expected.shape:
+            raise CheckFailed(f"{what} has shape {tokens.shape}; expected {expected.shape} (batch, steps run), "
+                              "without BOS, stopping when every sentence has produced EOS or after max_len steps")
+        raise CheckFailed(f"{what} returns other tokens than greedy decoding gives: at each step feed the "
+                          "prefix so far to model.decode, take the argmax over the vocabulary (the last axis) "
+                          "at the last position, append it")
+    encodes = int(np.asarray(calls).reshape(-1)[0])
+    if encodes != 1:
+        raise CheckFailed(f"{what} called model.encode {encodes} times: encode the source once, before the "
+                          "loop, and reuse the memory")
+    if not bool(np.asarray(mask_ok).reshape(-1)[0]):
+        raise CheckFailed(f"{what} did not pass src_mask = (src != pad_id) (a bool tensor, True = real token) to "
+                          "model.encode and model.decode")
 
 
-def _judge_train_step(got, arrays, pad, srcs, tgts, lrs, optimizer, what):
-    if isinstance(got, Raised) and not got.message.startswith("NotImplementedError"):
-        message = got.message
-        if "does not require grad" in message:
-            raise CheckFailed(f"{what} raised {message}: the loss must come from the model's logits with autograd "
-                              "on (no torch.no_grad(), no .item() before backward)")
-        if "backward through the graph a second time" in message:
-            raise CheckFailed(f"{what} raised {message}: compute the logits and the loss anew in every step")
-        raise CheckFailed(f"{what} raised {message}")
-    got = answer_value(got, "train_step")
-    losses, snaps, first_in, first_target, modes, counts = (to_array(a, what) if not isinstance(a, np.ndarray) else a
-                                                            for a in got)
-    counts = np.asarray(counts).reshape(-1)
-    if counts[0] == 0 or counts[1] == 0:
-        raise CheckFailed(f"{what} did not call " + ("the model" if counts[0] == 0 else "loss_fn") +
-                          ": compute logits = model(src, tgt_in), then loss = loss_fn(logits, tgt_out)")
-    if counts[0] != len(srcs):
-        raise CheckFailed(f"{what} called the model {int(counts[0] / len(srcs))} times per step: once is enough")
-    tgt = np.asarray(tgts[0])
-    first_in = np.asarray(first_in)
-    first_target = np.asarray(first_target)
-    if first_in.shape == tgt.shape and np.array_equal(first_in, tgt):
-        raise CheckFailed(f"{what}: the targets are not shifted: the model got the whole tgt as its input. "
-                          "Teacher forcing feeds tgt_in = tgt[:, :-1] ([BOS, y1, ...]) and scores the "
-                          "prediction against tgt_out = tgt[:, 1:] ([y1, ..., EOS])")
-    if first_in.shape == tgt[:, 1:].shape and np.array_equal(first_in, tgt[:, 1:]):
-        raise CheckFailed(f"{what}: the shift is reversed: the model got tgt[:, 1:] as input. Feed tgt_in = "
-                          "tgt[:, :-1] (starts with BOS) and score against tgt_out = tgt[:, 1:]")
-    if not (first_in.shape == tgt[:, :-1].shape and np.array_equal(first_in, tgt[:, :-1])):
-        raise CheckFailed(f"{what}: the model should get tgt_in = tgt[:, :-1], the target without its last token")
-    if not (first_target.shape == tgt[:, 1:].shape and np.array_equal(first_target, tgt[:, 1:])):
-        raise CheckFailed(f"{what}: loss_fn should get (logits, tgt_out) with tgt_out = tgt[:, 1:], the target "
-                          "without its BOS")
-    modes = np.asarray(modes).reshape(-1)
-    if not modes.all():
-        raise CheckFailed(f"{what}: the model was in eval mode during the step: call model.train() first (the "
-                          "notebook evaluates in between, which switches dropout off)")
-    exp_losses, exp_snaps = _tiny_reference(arrays, pad, srcs, tgts, lrs, optimizer)
-    losses = np.asarray(losses, dtype=np.float64).reshape(-1)
-    snaps = np.asarray(snaps, dtype=np.float64)
-    if close(snaps, exp_snaps, rtol=1e-6, atol=1e-9):
-        if not close(losses, exp_losses, rtol=1e-6, atol=1e-8):
-            raise CheckFailed(f"{what} returns other losses than loss_fn gave: return loss.item() of this step's "
-                              "loss (computed before the update)")
-        return
-    alternatives = [
-        ("the gradients are not reset: call optimizer.zero_grad() before loss.backward(), or they add up over "
-         "steps", dict(zero_grad=False)),
-        ("the scheduler is never stepped: call scheduler.step() after optimizer.step(), once per step",
-         dict(scheduler="never")),
-        ("scheduler.step() comes before optimizer.step(), so every step uses the next step's learning rate: "
-         "optimizer.step() first, then scheduler.step()", dict(scheduler="before")),
-    ]
-    for message, knobs in alternatives:
-        _, alt = _tiny_reference(arrays, pad, srcs, tgts, lrs, optimizer, **knobs)
-        if close(snaps, alt, rtol=1e-6, atol=1e-9):
-            raise CheckFailed(f"{what}: {message}")
-    initial = np.concatenate([np.ravel(arrays[k]) for k in ("src_embed", "tgt_embed", "out_weight", "out_bias")])
-    if close(snaps[-1], initial):
-        raise CheckFailed(f"{what}: the parameters did not change: call loss.backward(), then optimizer.step()")
-    raise CheckFailed(f"{what}: after the steps the parameters differ from one optimizer.step() per call on the "
-                      "gradient of this step's loss: zero_grad, backward, optimizer.step(), scheduler.step()")
+LOOP_UNBOUNDED = ("the loop does not stop after max_len steps. Loop for at most max_len steps (for _ in "
+                  "range(max_len)) and break early when every sentence has its EOS")
+NO_STOP = ("it does not stop a sentence at its EOS: every token after a sentence's EOS must be pad_id (keep a "
+           "`finished` flag per sentence and write pad_id once it is set)")
+
+GREEDY_DECODE = Spec(
+    id="transformer-greedy_decode",
+    function="greedy_decode",
+    driver="transformer.greedy",
+    inputs=_greedy_calls,
+    reference=ref.greedy_decode,
+    judge=_judge_greedy,
+    mistakes=(
+        Mistake("keep_bos", "it keeps BOS as the first column: return the generated tokens only, ys[:, 1:]",
+                _decoder(keep_bos=True)),
+        Mistake("no_stop", NO_STOP, _decoder(stop_at_eos=False, early_exit=False)),
+        Mistake("no_pad", NO_STOP, _decoder(stop_at_eos=False)),
+        Mistake("no_early_exit", "tokens after EOS are padded, but the loop runs on to max_len after every "
+                "sentence has finished: break as soon as all sentences have produced EOS (the output is then "
+                "shorter than max_len)", _decoder(early_exit=False)),
+        Mistake("any_stop", "it stops as soon as ANY sentence produces EOS; stop when ALL of them have",
+                _decoder(any_stop=True)),
+        Mistake("first_position", "it takes the prediction at the first position, logits[:, 0]; the next token is "
+                "predicted at the LAST position, logits[:, -1]", _decoder(position=0)),
+        Mistake("last_only", "it feeds the decoder only the last token; feed the whole prefix [BOS, y1, ..., yt] "
+                "every step (the decoder attends over all of it)", _decoder(last_only=True)),
+        Mistake("drop_eos", "EOS itself is missing from the output: keep the EOS token, then pad_id after it",
+                _decoder(write_eos=False)),
+    ),
+    errors=(
+        Raises("{what} raised {error}", example=lambda model, src, bos_id, eos_id, pad_id, max_len: model(src, src)),
+    ),
+    diagnosed=(
+        Mistake("unbounded", LOOP_UNBOUNDED, _decoder(bounded=False)),
+        Mistake("encode_each_step", "encode the source once", _decoder(encode_each_step=True)),
+        Mistake("src_mask_not_bool", "did not pass src_mask = (src != pad_id)",
+                _decoder(mask=lambda src, pad_id: (src != pad_id).long())),
+        Mistake("float_tokens", "return token ids as an int64 tensor", _decoder(layout=lambda ys: ys.float())),
+        Mistake("transposed", "(batch, steps run), without BOS", _decoder(layout=lambda ys: ys.T)),
+        Mistake("argmin", "returns other tokens than greedy decoding gives", _decoder(pick=lambda z: z.argmin(-1))),
+    ),
+)
 
 
-def _judge_falls(got, what):
-    if isinstance(got, Raised) and not got.message.startswith("NotImplementedError"):
-        raise CheckFailed(f"{what} raised {got.message}")
-    got = answer_value(got, "train_step")
-    losses = np.asarray(to_array(got[0], what), dtype=np.float64).reshape(-1)
-    if len(losses) < 2 or not np.all(np.isfinite(losses)):
-        raise CheckFailed(f"{what}: the losses are not finite numbers")
-    if not losses[-5:].mean() < 0.5 * losses[0]:
-        raise CheckFailed(f"{what}: the loss did not fall to half its first value in {len(losses)} steps "
-                          f"(first {losses[0]:.3f}, last {losses[-1]:.3f})")
-
+# ---------------------------------------------------------------- one training step
 
 def _tiny_arrays(rng, src_vocab, tgt_vocab, d):
     return {"src_embed": rng.normal(scale=0.5, size=(src_vocab, d)),
@@ -708,8 +674,7 @@ def _tiny_spec(arrays, pad):
     return spec, np.concatenate([arrays[n].ravel() for n in names])
 
 
-@exercise("transformer-train_step", "train_step", driver="transformer.training")
-def train_step_questions(rng: np.random.Generator) -> list[Question]:
+def _training_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     # exact: three SGD steps on two batches with a changing learning rate (pad 1, bos 2, eos 3)
     pad, bos, eos = 1, 2, 3
@@ -727,8 +692,7 @@ def train_step_questions(rng: np.random.Generator) -> list[Question]:
     lrs = np.array([0.5, 0.3, 0.8, 0.2])
     spec, flat = _tiny_spec(arrays, pad)
     what = "train_step(model, src, tgt, optimizer, scheduler, loss_fn) on a stand-in model, three steps with SGD"
-    asked.append(Question((spec, flat, np.stack(srcs), np.stack(tgts), lrs, "sgd"),
-                          lambda got: _judge_train_step(got, arrays, pad, srcs, tgts, list(lrs), "sgd", what)))
+    asked.append(Call((spec, flat, np.stack(srcs), np.stack(tgts), lrs, "sgd"), what=what))
     # the loss must fall: 40 Adam steps on a tiny task where the next token is (previous + 1) mod 6 (+ offset)
     pad2 = 0
     arrays2 = _tiny_arrays(rng, 7, 10, 8)
@@ -741,6 +705,130 @@ def train_step_questions(rng: np.random.Generator) -> list[Question]:
         tgts2.append(tgt)
     spec2, flat2 = _tiny_spec(arrays2, pad2)
     what2 = "40 calls of train_step on a stand-in model with Adam (lr 0.05)"
-    asked.append(Question((spec2, flat2, np.stack(srcs2), np.stack(tgts2), np.array([0.05]), "adam"),
-                          lambda got: _judge_falls(got, what2)))
+    asked.append(Call((spec2, flat2, np.stack(srcs2), np.stack(tgts2), np.array([0.05]), "adam"), what=what2))
     return asked
+
+
+def _judge_exact_steps(case: Case) -> None:
+    """Three SGD steps: what the model and loss_fn were given, the mode, then the parameters."""
+    what = case.what
+    losses, snaps, first_in, first_target, modes, counts = case.answer
+    counts = np.asarray(counts).reshape(-1)
+    steps = len(case.call.args[2])
+    if counts[0] == 0 or counts[1] == 0:
+        raise CheckFailed(f"{what} did not call " + ("the model" if counts[0] == 0 else "loss_fn") +
+                          ": compute logits = model(src, tgt_in), then loss = loss_fn(logits, tgt_out)")
+    if counts[0] != steps:
+        raise CheckFailed(f"{what} called the model {int(counts[0] / steps)} times per step: once is enough")
+    tgt, first_in, first_target = np.asarray(case.call.args[3][0]), np.asarray(first_in), np.asarray(first_target)
+    if first_in.shape == tgt.shape and np.array_equal(first_in, tgt):
+        raise CheckFailed(f"{what}: the targets are not shifted: the model got the whole tgt as its input. "
+                          "Teacher forcing feeds tgt_in = tgt[:, :-1] ([BOS, y1, ...]) and scores the "
+                          "prediction against tgt_out = tgt[:, 1:] ([y1, ..., EOS])")
+    if first_in.shape == tgt[:, 1:].shape and np.array_equal(first_in, tgt[:, 1:]):
+        raise CheckFailed(f"{what}: the shift is reversed: the model got tgt[:, 1:] as input. Feed tgt_in = "
+                          "tgt[:, :-1] (starts with BOS) and score against tgt_out = tgt[:, 1:]")
+    if not (first_in.shape == tgt[:, :-1].shape and np.array_equal(first_in, tgt[:, :-1])):
+        raise CheckFailed(f"{what}: the model should get tgt_in = tgt[:, :-1], the target without its last token")
+    if not (first_target.shape == tgt[:, 1:].shape and np.array_equal(first_target, tgt[:, 1:])):
+        raise CheckFailed(f"{what}: loss_fn should get (logits, tgt_out) with tgt_out = tgt[:, 1:], the target "
+                          "without its BOS")
+    if not np.asarray(modes).reshape(-1).all():
+        raise CheckFailed(f"{what}: the model was in eval mode during the step: call model.train() first (the "
+                          "notebook evaluates in between, which switches dropout off)")
+    exp_losses, exp_snaps = (np.asarray(a, dtype=np.float64) for a in case.expected[:2])
+    losses, snaps = np.asarray(losses, dtype=np.float64).reshape(-1), np.asarray(snaps, dtype=np.float64)
+    same = lambda a, b: close(a, np.asarray(b, dtype=np.float64), rtol=1e-6, atol=1e-9)
+    if same(snaps, exp_snaps):
+        if not close(losses, exp_losses.reshape(-1), rtol=1e-6, atol=1e-8):
+            raise CheckFailed(f"{what} returns other losses than loss_fn gave: return loss.item() of this step's "
+                              "loss (computed before the update)")
+        return
+    for mistake, wrong in case.mistaken():
+        if isinstance(wrong, tuple) and same(snaps, wrong[1]):
+            case.fail(mistake.diagnosis)
+    initial = np.asarray(case.call.args[1], dtype=np.float64)
+    if close(snaps[-1], initial):
+        raise CheckFailed(f"{what}: the parameters did not change: call loss.backward(), then optimizer.step()")
+    raise CheckFailed(f"{what}: after the steps the parameters differ from one optimizer.step() per call on the "
+                      "gradient of this step's loss: zero_grad, backward, optimizer.step(), scheduler.step()")
+
+
+def _judge_training(case: Case) -> None:
+    """The SGD call is judged exactly; on the Adam call the loss must fall to half."""
+    _explain_raised(case)
+    value(case.answer, "train_step")
+    if case.call.args[5] == "sgd":
+        return _judge_exact_steps(case)
+    losses = to_array(case.answer[0], case.what).reshape(-1)
+    if len(losses) < 2 or not np.all(np.isfinite(losses)):
+        case.fail("the losses are not finite numbers")
+    if not losses[-5:].mean() < 0.5 * losses[0]:
+        case.fail(f"the loss did not fall to half its first value in {len(losses)} steps "
+                  f"(first {losses[0]:.3f}, last {losses[-1]:.3f})")
+    return None
+
+
+def _stepper(shift="right", zero_grad=True, scheduler="after", train_mode=True, backward=1, item=True,
+             no_grad=False, forward_twice=False):
+    """A train_step with one of the known mistakes switched on (defaults: right)."""
+
+    def train_step(model, src, tgt, optimizer, scheduler_, loss_fn):
+        if train_mode:
+            model.train()
+        tgt_in, tgt_out = {"right": (tgt[:, :-1], tgt[:, 1:]), "none": (tgt, tgt),
+                           "reversed": (tgt[:, 1:], tgt[:, :-1])}[shift]
+        if scheduler == "before":
+            scheduler_.step()
+        with torch.set_grad_enabled(not no_grad):
+            if forward_twice:
+                model(src, tgt_in)
+            loss = loss_fn(model(src, tgt_in), tgt_out)
+        if zero_grad:
+            optimizer.zero_grad()
+        for _ in range(backward):
+            loss.backward()
+        if backward:
+            optimizer.step()
+        if scheduler == "after":
+            scheduler_.step()
+        return loss.item() if item else 2 * loss.item()
+
+    return train_step
+
+
+TRAIN_STEP = Spec(
+    id="transformer-train_step",
+    function="train_step",
+    driver="transformer.training",
+    inputs=_training_calls,
+    reference=ref.train_step,
+    judge=_judge_training,
+    mistakes=(
+        Mistake("no_zero_grad", "the gradients are not reset: call optimizer.zero_grad() before loss.backward(), "
+                "or they add up over steps", _stepper(zero_grad=False)),
+        Mistake("scheduler_never", "the scheduler is never stepped: call scheduler.step() after optimizer.step(), "
+                "once per step", _stepper(scheduler="never")),
+        Mistake("scheduler_first", "scheduler.step() comes before optimizer.step(), so every step uses the next "
+                "step's learning rate: optimizer.step() first, then scheduler.step()", _stepper(scheduler="before")),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the loss must come from the model's logits with autograd on (no "
+               "torch.no_grad(), no .item() before backward)", match="does not require grad",
+               example=_stepper(no_grad=True)),
+        Raises("{what} raised {error}: compute the logits and the loss anew in every step",
+               match="backward through the graph a second time", example=_stepper(backward=2)),
+        Raises("{what} raised {error}", example=lambda model, src, tgt, optimizer, scheduler, loss_fn:
+               optimizer.step(loss_fn(model(src, tgt[:, :-1]), tgt[:, 1:]))),
+    ),
+    diagnosed=(
+        Mistake("not_shifted", "the targets are not shifted", _stepper(shift="none")),
+        Mistake("shift_reversed", "the shift is reversed", _stepper(shift="reversed")),
+        Mistake("eval_mode", "call model.train() first", _stepper(train_mode=False)),
+        Mistake("two_forwards", "times per step: once is enough", _stepper(forward_twice=True)),
+        Mistake("no_update", "the parameters did not change", _stepper(backward=0)),
+        Mistake("other_losses", "returns other losses than loss_fn gave", _stepper(item=False)),
+    ),
+)
+
+SPECS = (TRANSFORMER, LABEL_SMOOTHED_LOSS, NOAM_LR, GREEDY_DECODE, TRAIN_STEP)
