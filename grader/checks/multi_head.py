@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from coursekit.protocol import Raised
+from coursekit.protocol import Raised, Unsupported
 
 from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, close, judge_case, to_array, value
 from .reference import multi_head as ref
@@ -54,6 +54,8 @@ def _judge_tensors(case: Case) -> None:
     if case.call.raises:
         _bad_heads(case, "first")
         return
+    if isinstance(case.answer, Unsupported):
+        value(case.answer, case.what)  # named with the call that returned it
     if isinstance(case.answer, Raised) and NUMPY_RETURNED in case.answer.message:
         raise CheckFailed(f"{case.what} {NUMPY_RETURNED}: in this notebook everything is PyTorch, and your "
                           "module calls it on tensors. Use tensor methods (.reshape, .transpose, .permute, "
@@ -184,6 +186,8 @@ MERGE_HEADS = Spec(
     diagnosed=(
         Mistake("returns_numpy", f"{NUMPY_RETURNED}: in this notebook everything is PyTorch",
                 lambda x: np.concatenate(list(np.asarray(x).transpose(1, 0, 2, 3)), axis=-1)),
+        Mistake("no_return", "merge_heads(x) for x of shape (2, 3, 5, 4) returns nothing (None): is a `return` "
+                "missing?", lambda x: None),
     ),
 )
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from coursekit.protocol import Raised
+from coursekit.protocol import Raised, Unsupported
 
 from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, judge_case, to_array, value
 from .reference import positional_encoding as ref
@@ -60,7 +60,10 @@ _WHY = {
 
 
 def _judge(case: Case) -> None:
-    """Calls that must raise ValueError get their own judgement; the long table a looser atol."""
+    """Calls that must raise ValueError get their own judgement; the long table a looser atol;
+    an answer that is no data is named with the call that returned it."""
+    if isinstance(case.answer, Unsupported) and not case.call.raises:
+        value(case.answer, case.what)
     if case.call.raises:
         _expect_value_error(case)
     elif case.call.what.endswith("a long table"):
@@ -88,6 +91,11 @@ def _gap(outputs: str = "reorder", slots: bool = True, one_side: bool = False, s
         target = {"reorder": original[order], "none": original, "inverse": original[np.argsort(order)]}[outputs]
         return float(reduce(shuffled - target))
     return order_gap
+
+
+def _every_difference(x, order, pe=None):
+    p = 0.0 if pe is None else pe[: x.shape[0]]
+    return np.abs(ref.self_attention(x[order] + p) - ref.self_attention(x + p)[order])
 
 
 def _order_gap_calls(rng: np.random.Generator) -> list[Call]:
@@ -144,6 +152,7 @@ ORDER_GAP = Spec(
     function="order_gap",
     inputs=_order_gap_calls,
     reference=ref.order_gap,
+    judge=_judge,
     prepare=_one_number,
     mistakes=(
         Mistake("no_reorder", "it compares the outputs slot by slot, without reordering the original outputs: "
@@ -175,6 +184,10 @@ ORDER_GAP = Spec(
                example=lambda x, order, pe=None: _gap()(x, order, pe[: len(x)])),
         Raises(f"order_gap raised {{error}}. {_IF_PE}", match="truth value|Boolean value of Tensor",
                example=lambda x, order, pe=None: _gap()(x, order, pe if pe else None)),
+    ),
+    diagnosed=(
+        Mistake("elementwise", "should be one number, the largest absolute difference over every entry",
+                _every_difference),
     ),
     hints=(
         Hint("with pe=None the gap should be 0 (up to rounding): without positions, self-attention is "
@@ -309,6 +322,12 @@ def _refuses_odd(max_len, d_model):
     return ref.sinusoidal_encoding(max_len, d_model)
 
 
+def _no_size_check(max_len, d_model):
+    column = np.arange(d_model)
+    angles = np.arange(max_len)[:, None] / ref.BASE ** (2 * (column // 2) / max(d_model, 1))
+    return np.where(column % 2 == 0, np.sin(angles), np.cos(angles))
+
+
 def _asserts_sizes(max_len, d_model):
     assert max_len >= 1 and d_model >= 1, "sizes must be positive"
     return ref.sinusoidal_encoding(max_len, d_model)
@@ -366,6 +385,9 @@ SINUSOIDAL_ENCODING = Spec(
                 "without its cos", lambda max_len, d_model: ref.sinusoidal_encoding(max_len, d_model + d_model % 2)),
         Mistake("asserts", "check the arguments first and raise ValueError, as the docstring says",
                 _asserts_sizes),
+        Mistake("no_check", "returned a value; it should raise ValueError, as the docstring says",
+                _no_size_check),
+        Mistake("no_return", ", 6) returns nothing (None): is a `return` missing?", lambda max_len, d_model: None),
         Mistake("brackets", _BRACKETS, _bracket(integers=False)),
         Mistake("brackets_int", _BRACKETS, _bracket(integers=True)),
     ),
@@ -466,6 +488,10 @@ SHIFT_MATRIX = Spec(
         *(Mistake(f"base_{base:g}", f"the frequencies use base {base:g}; the base is 10000",
                   _shift(frequencies=_power(2.0, base))) for base in (1000.0, 1e5)),
     ),
+    diagnosed=(
+        Mistake("no_check", "returned a value; it should raise ValueError, as the docstring says",
+                lambda k, d_model: ref.shift_matrix(k, d_model - d_model % 2)),
+    ),
     hints=(
         Hint("M should be block diagonal: the 2 x 2 block of pair i at rows and columns 2i, 2i + 1, zeros "
              "everywhere else (a shift never mixes two frequencies)", lambda a, call: _finite(a) and _off_blocks(a),
@@ -554,6 +580,9 @@ DOT_BY_OFFSET = Spec(
     ),
     diagnosed=(
         Mistake("terms_kept", "sum them over i (the last axis)", _dots(keep_terms=True)),
+        Mistake("no_check", "returned a value; it should raise ValueError, as the docstring says",
+                lambda offsets, d_model: np.cos(np.asarray(offsets, dtype=float)[..., None]
+                                                * ref.BASE ** (-2.0 * np.arange(d_model // 2) / d_model)).sum(-1)),
     ),
     hints=(
         Hint("at offset 0 the dot product is |PE(p)|^2 = d_model / 2 (each pair gives sin^2 + cos^2 = 1): sum "
@@ -618,6 +647,7 @@ EMBED = Spec(
     function="embed",
     inputs=_embed_calls,
     reference=ref.embed,
+    judge=_judge,
     prepare=_not_concatenated,
     mistakes=(
         Mistake("off_by_one", "the positions are off by one: the first word is at position 0, so add "
