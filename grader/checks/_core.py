@@ -78,8 +78,8 @@ class Call:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     what: str = ""  # e.g. "dot_product(a, b) for a and b of shape (5,)"
-    # The exception the function must raise on this call (e.g. "ValueError" for a bad
-    # argument the docstring promises to reject); the reference raises it too.
+    # The exception the docstring promises for these arguments (e.g. "ValueError"): the
+    # reference's answer is then that exception, and so must the learner's be.
     raises: str = ""
 
     def call(self) -> tuple[list, dict]:
@@ -279,10 +279,11 @@ def _same(case: Case, answer: object, wrong: object) -> bool:
 def judge_case(case: Case) -> None:
     """The default judgement of one call; raises :class:`CheckFailed` with the diagnosis.
 
-    A call that ``raises`` must get that exception, nothing else. Otherwise, in order:
-    a raised error or non-data (the spec's error rules first); ``prepare``;
-    right within tolerance; the first catalogued mistake whose answer to this call is
-    the learner's; two knobs set wrong at once; for a tuple answer, the first part (in ``order``) that differs; a
+    A call that ``raises`` wants that exception and nothing else (another error goes
+    through the spec's error rules). Otherwise, in order: a raised error or non-data
+    (the spec's error rules first); ``prepare``; right within tolerance; the first
+    catalogued mistake whose answer to this call is the learner's; two knobs set wrong
+    at once; for a tuple answer, the first part (in ``order``) that differs; a
     wrong shape; NaN or infinity where the reference is finite; the first hint that
     applies; otherwise "wrong values".
     """
@@ -291,7 +292,7 @@ def judge_case(case: Case) -> None:
         if isinstance(case.answer, Raised) and case.answer.message.startswith(case.call.raises):
             return
         _explain_raised(case)
-        case.fail(f"it should raise {case.call.raises}, as the docstring says")
+        case.fail(f"it returned a value; it should raise {case.call.raises}, as the docstring says")
     _explain_raised(case)
     answer, expected = case.answer, case.expected
     if spec.prepare is not None:
@@ -418,9 +419,8 @@ def _drawn(exercise_id: str, seed: int) -> tuple[tuple[Call, ...], tuple[object,
     calls = tuple(spec.inputs(np.random.default_rng(seed)))
     expected = spec.run(spec.reference, calls)
     for call, answer in zip(calls, expected):
-        if call.raises and isinstance(answer, Raised) and answer.message.startswith(call.raises):
-            continue
-        if isinstance(answer, (Raised, Unsupported)):
+        promised = call.raises and isinstance(answer, Raised) and answer.message.startswith(call.raises)
+        if isinstance(answer, (Raised, Unsupported)) and not promised:
             raise RuntimeError(f"{exercise_id}: the reference fails on {call.what or call.args}: {answer}")
     return calls, tuple(expected)
 
