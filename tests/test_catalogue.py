@@ -13,6 +13,7 @@ import pytest
 
 from grader.checks import CheckFailed, check
 from grader.checks import Spec, answers_of, exercise_ids, get, verdict
+from grader.checks._core import _equal
 
 STUDENT_SEEDS = range(6)
 
@@ -49,7 +50,7 @@ def test_specs_are_found_and_carry_a_catalogue():
     specs = _specs()
     assert specs, "no exercise is written as a spec"
     for spec in specs:
-        assert len(spec.mistakes) >= 3, f"{spec.id}: at least three catalogued mistakes (exercise-standard.md)"
+        assert len(spec.catalogue()) >= 3, f"{spec.id}: at least three catalogued mistakes (exercise-standard.md)"
 
 
 @pytest.mark.parametrize("exercise,name,implementation,diagnosis", CASES,
@@ -75,10 +76,20 @@ def test_reference_passes_for_every_student_seed(exercise):
 @pytest.mark.parametrize("exercise,name,implementation,both", PAIRS, ids=[f"{e}-{n}" for e, n, _, _ in PAIRS])
 def test_two_mistakes_at_once_are_both_named(exercise, name, implementation, both):
     """Differential diagnosis: two knobs set wrong together, a combination no catalogue lists."""
+    spec = get(exercise)
     for seed in STUDENT_SEEDS:
         with np.errstate(all="ignore"):
-            message = verdict(exercise, seed, answers_of(exercise, implementation, seed))
-        assert message and "two mistakes at once" in message and all(d in message for d in both), (seed, message)
+            answers = answers_of(exercise, implementation, seed)
+            message = verdict(exercise, seed, answers)
+        assert message, seed
+        if "two mistakes at once" in message:
+            assert all(d in message for d in both), (seed, message)
+            continue
+        # Some pairs are one function: e.g. per-sentence means, when padding is kept, are the
+        # plain mean. Then the single mistake's diagnosis is right, if it gives every answer.
+        same = [m for m in spec.catalogue() if m.diagnosis in message and
+                all(_equal(a, b, spec.rtol, spec.atol) for a, b in zip(answers_of(exercise, m.implementation, seed), answers))]
+        assert same, (seed, message)
 
 
 @pytest.mark.parametrize("exercise", [s.id for s in _specs() if s.knobs])

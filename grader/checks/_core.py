@@ -227,6 +227,9 @@ class Case:
     answer: object
     expected: object
     _mistaken: list | None = None
+    # the other calls of the exercise with the learner's answers to them: a mistake that
+    # explains this call is preferred when it explains those as well
+    others: tuple = ()
 
     @property
     def what(self) -> str:
@@ -244,14 +247,40 @@ class Case:
                                   for m in self.spec.catalogue()]
         return self._mistaken
 
+    def consistent(self, implementation: object) -> bool:
+        """``implementation`` answers each of the other calls as the learner did: the same
+        data, or both not data (a raised error, a non-array)."""
+        if not self.others:
+            return True
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = self.spec.run(implementation, [call for call, _ in self.others])
+        for (call, given), wrong in zip(self.others, theirs):
+            if isinstance(given, (Raised, Unsupported)) or isinstance(wrong, (Raised, Unsupported)):
+                if not (isinstance(given, (Raised, Unsupported)) and isinstance(wrong, (Raised, Unsupported))):
+                    return False
+                continue
+            other = Case(self.spec, call, given, None)
+            try:
+                mine = given if self.spec.prepare is None else self.spec.prepare(given, call, other.what)
+            except CheckFailed:
+                return False
+            if not _same(other, mine, wrong, nan=True):
+                return False
+        return True
 
-def _equal(a: object, b: object, rtol: float, atol: float) -> bool:
-    """Two decoded answers are the same data, within tolerance."""
+
+def _equal(a: object, b: object, rtol: float, atol: float, nan: bool = False) -> bool:
+    """Two decoded answers are the same data, within tolerance (``nan``: NaN equals NaN,
+    for comparing an answer with a mistake's, which may be NaN where the learner's is)."""
     if isinstance(a, tuple) or isinstance(b, tuple):
         return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
-                and all(_equal(x, y, rtol, atol) for x, y in zip(a, b)))
+                and all(_equal(x, y, rtol, atol, nan) for x, y in zip(a, b)))
     if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
         return False
+    if nan:
+        return a.shape == b.shape and bool(np.allclose(a.astype(np.float64), b.astype(np.float64),
+                                                       rtol=rtol, atol=atol, equal_nan=True))
     return close(a.astype(np.float64), b.astype(np.float64), rtol, atol)
 
 
@@ -264,8 +293,10 @@ def _explain_raised(case: Case) -> None:
     value(case.answer, case.spec.function)
 
 
-def _same(case: Case, answer: object, wrong: object) -> bool:
-    """The learner's (prepared) answer equals a wrong implementation's answer."""
+def _same(case: Case, answer: object, wrong: object, nan: bool = False) -> bool:
+    """The learner's (prepared) answer equals a wrong implementation's answer (``nan``: NaN
+    where both are NaN counts as equal; never for the call being judged, where a NaN of the
+    learner's says nothing about which mistake made it)."""
     if isinstance(wrong, (Raised, Unsupported)):
         return False
     if case.spec.prepare is not None:
@@ -273,7 +304,35 @@ def _same(case: Case, answer: object, wrong: object) -> bool:
             wrong = case.spec.prepare(wrong, case.call, case.what)
         except CheckFailed:
             return False
-    return _equal(answer, wrong, case.spec.rtol, case.spec.atol)
+    return _equal(answer, wrong, case.spec.rtol, case.spec.atol, nan)
+
+
+def catalogued(case: Case, answer: object) -> str | None:
+    """The diagnosis of the catalogued mistake, or pair of knob settings, that explains the
+    (prepared) ``answer`` to this call; None if none does.
+
+    A mistake explains the answer when it gives the learner's answer to this call; of
+    several (a scalar answer can coincide), the one that also gives the learner's other
+    answers wins, and two knobs at once are tried before settling for a partial match.
+    """
+    matched = [m for m, wrong in case.mistaken() if _same(case, answer, wrong)]
+    for mistake in matched:
+        if case.consistent(mistake.implementation):
+            return mistake.diagnosis
+    paired = []
+    for name, implementation, both in case.spec.pairs():
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wrong = case.spec.run(implementation, [case.call])[0]
+        if _same(case, answer, wrong):
+            if case.consistent(implementation):
+                return "two mistakes at once: (1) {}; (2) {}".format(*both)
+            paired.append(both)
+    if matched:
+        return matched[0].diagnosis
+    if paired:
+        return "two mistakes at once: (1) {}; (2) {}".format(*paired[0])
+    return None
 
 
 def judge_case(case: Case) -> None:
@@ -281,9 +340,9 @@ def judge_case(case: Case) -> None:
 
     A call that ``raises`` wants that exception and nothing else (another error goes
     through the spec's error rules). Otherwise, in order: a raised error or non-data
-    (the spec's error rules first); ``prepare``; right within tolerance; the first
-    catalogued mistake whose answer to this call is the learner's; two knobs set wrong
-    at once; for a tuple answer, the first part (in ``order``) that differs; a
+    (the spec's error rules first); ``prepare``; right within tolerance; the catalogued
+    mistake whose answer to this call is the learner's (preferring one that gives the
+    learner's other answers too); two knobs set wrong at once; for a tuple answer, the first part (in ``order``) that differs; a
     wrong shape; NaN or infinity where the reference is finite; the first hint that
     applies; otherwise "wrong values".
     """
@@ -299,15 +358,9 @@ def judge_case(case: Case) -> None:
         answer, expected = spec.prepare(answer, case.call, case.what), spec.prepare(expected, case.call, case.what)
     if _equal(answer, expected, spec.rtol, spec.atol):
         return
-    for mistake, wrong in case.mistaken():
-        if _same(case, answer, wrong):
-            case.fail(mistake.diagnosis)
-    for name, implementation, (first, second) in spec.pairs():
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            wrong = spec.run(implementation, [case.call])[0]
-        if _same(case, answer, wrong):
-            case.fail(f"two mistakes at once: (1) {first}; (2) {second}")
+    found = catalogued(case, answer)
+    if found:
+        case.fail(found)
     if isinstance(expected, tuple):
         names = spec.parts or tuple(f"item {i}" for i in range(len(expected)))
         if not isinstance(answer, tuple) or len(answer) != len(expected):
@@ -441,8 +494,9 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
     try:
         if isinstance(exercise, Spec):
             calls, expected = _drawn(exercise_id, seed)
-            for call, given, right in zip(calls, answers, expected):
-                (exercise.judge or judge_case)(Case(exercise, call, given, right))
+            for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
+                others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
+                (exercise.judge or judge_case)(Case(exercise, call, given, right, others=others))
         else:
             for question, given in zip(asked, answers):
                 question.verify(given)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from coursekit.drivers.encoder import LAYER_KEYS
 
-from ._core import (Call, Case, CheckFailed, Mistake, Raised, Raises, Spec, Unsupported, judge_case, to_array,
+from ._core import (Call, Case, CheckFailed, Knob, Mistake, Raised, Raises, Spec, Unsupported, judge_case, to_array,
                     value)
 from .reference import encoder as ref
 
@@ -169,27 +169,61 @@ def _feed_forward_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
+_ACTIVATIONS = {"relu": torch.relu, "none": lambda h: h, "gelu": F.gelu,
+                "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "tanh": torch.tanh,
+                "sigmoid": torch.sigmoid, "silu": F.silu, "leaky_relu": F.leaky_relu}
+
+
+def _feed_forward_variant(activation="relu", biases="both"):
+    """feed_forward with another activation between the layers, or without ``biases`` (the
+    ones kept: "both", "b1", "b2", "neither")."""
+    act = _ACTIVATIONS[activation]
+
+    def feed_forward(x, W1, b1, W2, b2):
+        b1 = b1 if biases in ("both", "b1") else 0 * b1
+        b2 = b2 if biases in ("both", "b2") else 0 * b2
+        return act(x @ W1.T + b1) @ W2.T + b2
+
+    return feed_forward
+
+
 FEED_FORWARD = Spec(
     id="encoder-feed_forward",
     function="feed_forward",
     inputs=_feed_forward_inputs,
     reference=ref.feed_forward,
     driver="tensors",
+    # The activation and the biases are knobs: each wrong setting is a catalogued mistake, and
+    # two wrong at once (GELU and no b1) are named together.
+    variant=_feed_forward_variant,
+    knobs=(
+        Knob("activation", (
+            ("none", "the ReLU is missing: FFN(x) = max(0, x W1^T + b1) W2^T + b2, the ReLU between the two "
+                     "layers"),
+            ("gelu", "it applies GELU (x Phi(x), the activation of BERT and GPT) between the layers; the paper's "
+                     "FFN uses ReLU, max(0, x): torch.relu"),
+            ("gelu_tanh", "it applies the tanh approximation of GELU (GPT-2's); the paper's FFN uses ReLU, "
+                          "max(0, x): torch.relu"),
+            ("tanh", "it applies tanh between the layers; the paper's FFN uses ReLU, max(0, x): torch.relu"),
+            ("sigmoid", "it applies a sigmoid between the layers; the paper's FFN uses ReLU, max(0, x): torch.relu"),
+            ("silu", "it applies SiLU (swish, x sigmoid(x)) between the layers; the paper's FFN uses ReLU, "
+                     "max(0, x): torch.relu"),
+            ("leaky_relu", "it applies a leaky ReLU (slope 0.01 below 0); the paper's ReLU is exactly 0 for "
+                           "negative inputs: torch.relu"),
+        )),
+        Knob("biases", (
+            ("b2", "the bias b1 of the first layer is missing"),
+            ("b1", "the bias b2 of the second layer is missing"),
+            ("neither", "both biases are missing: x W1^T + b1, then ... W2^T + b2"),
+        )),
+    ),
     mistakes=(
-        Mistake("no_relu", "the ReLU is missing: FFN(x) = max(0, x W1^T + b1) W2^T + b2, the ReLU between the two "
-                "layers", lambda x, W1, b1, W2, b2: (x @ W1.T + b1) @ W2.T + b2),
         Mistake("relu_after", "the ReLU is applied after the second layer instead of between the two: the output "
                 "must be able to be negative; apply ReLU to the hidden layer x W1^T + b1 only",
                 lambda x, W1, b1, W2, b2: torch.relu((x @ W1.T + b1) @ W2.T + b2)),
         Mistake("relu_twice", "the ReLU is applied after the second layer too: apply it to the hidden layer only; "
                 "the output of the second layer stays linear",
                 lambda x, W1, b1, W2, b2: torch.relu(ref.feed_forward(x, W1, b1, W2, b2))),
-        Mistake("no_b1", "the bias b1 of the first layer is missing",
-                lambda x, W1, b1, W2, b2: ref.feed_forward(x, W1, 0 * b1, W2, b2)),
-        Mistake("no_b2", "the bias b2 of the second layer is missing",
-                lambda x, W1, b1, W2, b2: ref.feed_forward(x, W1, b1, W2, 0 * b2)),
-        Mistake("no_biases", "both biases are missing: x W1^T + b1, then ... W2^T + b2",
-                lambda x, W1, b1, W2, b2: torch.relu(x @ W1.T) @ W2.T),
     ),
     errors=(
         Raises("{what} raised {error}. The weights use nn.Linear's layout, (out_features, in_features): W1 is "

@@ -16,7 +16,8 @@ import math
 
 import numpy as np
 
-from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _equal, judge_case
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, _equal, catalogued,
+                    judge_case)
 from ._named import by_call
 from .reference import softmax as ref
 from .reference.softmax import stable_softmax
@@ -399,6 +400,10 @@ def _judge_attention(case: Case) -> None:
             raise CheckFailed(f"the weights of {what} contain NaN or infinity. Multiplying -inf by 0 (as in "
                               "scores * mask + (~mask) * -inf) gives NaN: use np.where(mask, scores, -np.inf)")
         tol = (LARGE_RTOL, LARGE_ATOL) if _large(case.call) else (RTOL, ATOL)
+        if not _equal(answer, case.expected, *tol):
+            found = catalogued(case, answer)  # the whole answer first: one mistake, or two knobs at once
+            if found:
+                case.fail(found)
         for i, part, right in ((1, second, weights), (0, first, output)):
             if _equal(part, right, *tol):
                 continue
@@ -476,6 +481,18 @@ def _inverts_causal_only(query, key, value, mask=None):
     return _attention(invert=flip)(query, key, value, mask)
 
 
+_DIVISORS = {"sqrt_d_k": None, "none": lambda q, k, v: 1.0, "d_k": lambda q, k, v: q.shape[-1],
+             "times_sqrt": lambda q, k, v: q.shape[-1] ** -0.5}
+_MASKING = {"before_softmax": {}, "ignored": {"use_mask": False}, "inverted": {"invert": True},
+            "fill_0": {"fill": 0.0}}
+
+
+def _attention_variant(scale="sqrt_d_k", axis=-1, masking="before_softmax"):
+    """Attention with its three choices (the spec's knobs): how the scores are scaled, the
+    softmax's axis, how the mask is applied."""
+    return _attention(divisor=_DIVISORS[scale], axis=axis, **_MASKING[masking])
+
+
 SCALED_DOT_PRODUCT_ATTENTION = Spec(
     id="softmax-scaled_dot_product_attention",
     function="scaled_dot_product_attention",
@@ -484,21 +501,17 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
     parts=("output", "weights"),
     order=(1, 0),  # the output follows from the weights: judge the weights first
     judge=_judge_attention,
+    variant=_attention_variant,
+    knobs=(
+        Knob("scale", (("none", 'it does not scale the scores: divide Q K^T by sqrt(d_k) before the softmax'), ("d_k", 'it divides the scores by d_k; divide by the square root of d_k'),
+                       ("times_sqrt", 'it multiplies the scores by sqrt(d_k); divide by it'))),
+        Knob("axis", ((-2, "the softmax runs over the query axis (-2); each query's weights over the keys must sum to 1: softmax over the last axis"), (0, 'the softmax runs over axis 0 (batch); the keys are the last axis: softmax over axis=-1'), (1, 'the softmax runs over axis 1 (heads); the keys are the last axis: softmax over axis=-1'))),
+        Knob("masking", (("ignored", 'it ignores the mask: fill the scores where the mask is False with -inf (or a large negative number) before the softmax'), ("inverted", 'the mask is inverted: True means the query may attend to the key; fill the scores where the mask is False (np.where(mask, scores, -np.inf))'),
+                         ("fill_0", 'it sets the masked scores to 0, but exp(0) = 1 still gives those keys weight: fill them with -inf (or a large negative number such as -1e9)'))),
+    ),
     mistakes=(
-        Mistake("ignores_mask", "it ignores the mask: fill the scores where the mask is False with -inf (or a "
-                "large negative number) before the softmax", _attention(use_mask=False)),
-        Mistake("inverted", "the mask is inverted: True means the query may attend to the key; fill the scores "
-                "where the mask is False (np.where(mask, scores, -np.inf))", _attention(invert=True)),
-        Mistake("fill_0", "it sets the masked scores to 0, but exp(0) = 1 still gives those keys weight: fill "
-                "them with -inf (or a large negative number such as -1e9)", _attention(fill=0.0)),
         Mistake("mask_after", "it masks after the softmax, so the rows no longer sum to 1: fill the scores with "
                 "-inf before the softmax", _attention(after="mask")),
-        Mistake("unscaled", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the softmax",
-                _attention(divisor=lambda q, k, v: 1.0)),
-        Mistake("by_d_k", "it divides the scores by d_k; divide by the square root of d_k",
-                _attention(divisor=lambda q, k, v: q.shape[-1])),
-        Mistake("times_sqrt", "it multiplies the scores by sqrt(d_k); divide by it",
-                _attention(divisor=lambda q, k, v: q.shape[-1] ** -0.5)),
         Mistake("scale_after", "it scales after the softmax; divide the scores by sqrt(d_k) before it",
                 _attention(after="scale")),
         # The sizes named are those of the first question (batch 2, heads 3, q_len 4, k_len 5,
@@ -514,12 +527,6 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
                 _attention(divisor=lambda q, k, v: math.sqrt(q.shape[1] * q.shape[-1]))),
         Mistake("by_d_model", "it divides the scores by d_model = h * d_k = 18; divide by sqrt(d_k), "
                 "d_k = query.shape[-1]", _attention(divisor=lambda q, k, v: q.shape[1] * q.shape[-1])),
-        Mistake("query_axis", "the softmax runs over the query axis (-2); each query's weights over the keys "
-                "must sum to 1: softmax over the last axis", _attention(axis=-2)),
-        Mistake("batch_axis", "the softmax runs over axis 0 (batch); the keys are the last axis: softmax over "
-                "axis=-1", _attention(axis=0)),
-        Mistake("heads_axis", "the softmax runs over axis 1 (heads); the keys are the last axis: softmax over "
-                "axis=-1", _attention(axis=1)),
         Mistake("output_scaled", "it divides the output by sqrt(d_k); only the scores are scaled",
                 lambda q, k, v, mask=None: (lambda o, w: (o / math.sqrt(q.shape[-1]), w))(
                     *ref.scaled_dot_product_attention(q, k, v, mask))),

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, Unsupported, _explain_raised,
+from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, Unsupported, _explain_raised,
                     close, judge_case, to_array, value)
 from .reference import transformer as ref
 
@@ -325,13 +325,18 @@ def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
     return arr.reshape(())
 
 
-def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log=lambda z: F.log_softmax(z, dim=-1)):
-    """A label_smoothed_loss with one of the known mistakes: the target distribution (spread), the
-    positions averaged over, the reduction, or what stands for the log-probabilities."""
+_LOGS = {"log_softmax": lambda z: F.log_softmax(z, dim=-1), "logits": lambda z: z,
+         "softmax": lambda z: z.softmax(-1)}
+
+
+def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log="log_softmax", divergence="cross_entropy"):
+    """label_smoothed_loss with some of its choices made wrong (the spec's knobs): the target
+    distribution (spread), the positions averaged over, the reduction, what stands for the
+    log-probabilities, and cross-entropy against KL divergence."""
 
     def label_smoothed_loss(logits, target, pad_id, smoothing):
         V = logits.shape[-1]
-        log_probs, t = log(logits).reshape(-1, V), target.reshape(-1)
+        log_probs, t = _LOGS[log](logits).reshape(-1, V), target.reshape(-1)
         rows = torch.arange(len(t))
         others = {"nonpad": V - 1, "all": V, "over_V": V, "others": V - 2, "true_only_eps": V - 1}[spread]
         q = torch.full_like(log_probs, smoothing / others)
@@ -344,11 +349,13 @@ def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log=lambda z: F.l
         else:
             q[rows, t] += 1 - smoothing
         per_token = -(q * log_probs).sum(-1)
-        kept = t != pad_id
+        if divergence == "kl":  # KL(q || p) = -H(q) - sum q log p: the cross-entropy less q's entropy
+            per_token = per_token + torch.special.xlogy(q, q).sum(-1)
+        kept = torch.ones_like(t, dtype=torch.bool) if keep_pads else t != pad_id
         if reduce == "sentence_mean":
             per_token, kept = per_token.reshape(target.shape), kept.reshape(target.shape)
             return torch.stack([row[k].mean() for row, k in zip(per_token, kept) if k.any()]).mean()
-        per_token = per_token if keep_pads else per_token[kept]
+        per_token = per_token[kept]
         return per_token.sum() if reduce == "sum" else per_token.mean()
 
     return label_smoothed_loss
@@ -362,11 +369,6 @@ def _pads_kept_scatter(logits, target, pad_id, smoothing):
     q[:, pad_id] = 0.0
     q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
     return -(q * log_probs).sum(-1).mean()
-
-
-def _torch_smoothing(logits, target, pad_id, smoothing):
-    V = logits.shape[-1]
-    return F.cross_entropy(logits.reshape(-1, V), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
 
 
 def _scatter_without_axis(logits, target, pad_id, smoothing):
@@ -388,32 +390,41 @@ LABEL_SMOOTHED_LOSS = Spec(
     inputs=_loss_calls,
     reference=ref.label_smoothed_loss,
     prepare=_scalar,
+    # The choices of the loss are knobs: each wrong setting is a catalogued mistake, and two
+    # wrong at once (e.g. a sum that also keeps the padding) are named together.
+    variant=_smoothed,
+    knobs=(
+        Knob("spread", (
+            ("all", "it puts smoothing mass on the padding class (torch's label_smoothing spreads eps / V over "
+                    "all V classes, padding included). Give padding probability 0 and spread eps over the other "
+                    "V - 1 classes: eps / (V - 1) each, plus 1 - eps on the true class"),
+            ("over_V", "it spreads eps / V over the non-padding classes, so the target distribution sums to "
+                       "1 - eps / V, not 1: with padding excluded there are V - 1 classes, eps / (V - 1) each"),
+            ("others", "the true class gets 1 - eps and eps is spread over the V - 2 other non-padding classes; "
+                       "the stated convention spreads eps over all V - 1 non-padding classes, the true one "
+                       "included, so the true class gets 1 - eps + eps / (V - 1)"),
+            ("true_only_eps", "the true class gets 1 + eps / (V - 1): subtract eps from it (1 - eps + "
+                              "eps / (V - 1)), so the distribution sums to 1"),
+        )),
+        Knob("keep_pads", ((True, "padding positions are not ignored: average only over the tokens whose target "
+                                  "is not pad_id"),)),
+        Knob("reduce", (
+            ("sum", "it sums over the tokens; take the mean over the non-padding tokens"),
+            ("sentence_mean", "it averages per sentence, then over sentences; average over all non-padding "
+                              "tokens of the batch at once (as F.cross_entropy's 'mean' with ignore_index does)"),
+        )),
+        Knob("log", (
+            ("logits", "it uses the logits as log-probabilities: take F.log_softmax(logits, dim=-1) first"),
+            ("softmax", "it uses probabilities (softmax) where log-probabilities belong: "
+                        "F.log_softmax(logits, dim=-1)"),
+        )),
+        Knob("divergence", (("kl", "it computes the KL divergence KL(q || p) = sum q log(q / p); the loss asked "
+                                   "is the cross-entropy -sum q log p, which is larger by the entropy of q (the "
+                                   "two have the same gradient, but not the same value)"),)),
+    ),
     mistakes=(
-        Mistake("torch_label_smoothing", "it puts smoothing mass on the padding class (torch's label_smoothing "
-                "spreads eps / V over all V classes, padding included). Give padding probability 0 and spread eps "
-                "over the other V - 1 classes: eps / (V - 1) each, plus 1 - eps on the true class", _torch_smoothing),
-        Mistake("pads_kept", "padding positions are not ignored: average only over the tokens whose target is not "
-                "pad_id", _smoothed(keep_pads=True)),
         Mistake("pads_kept_scatter", "padding positions are not ignored: average only over the tokens whose target "
                 "is not pad_id", _pads_kept_scatter),
-        Mistake("pads_kept_mass_on_pad", "padding positions are not ignored, and smoothing mass sits on the "
-                "padding class", _smoothed(spread="all", keep_pads=True)),
-        Mistake("sum", "it sums over the tokens; take the mean over the non-padding tokens", _smoothed(reduce="sum")),
-        Mistake("sentence_mean", "it averages per sentence, then over sentences; average over all non-padding "
-                "tokens of the batch at once (as F.cross_entropy's 'mean' with ignore_index does)",
-                _smoothed(reduce="sentence_mean")),
-        Mistake("over_V", "it spreads eps / V over the non-padding classes, so the target distribution sums to "
-                "1 - eps / V, not 1: with padding excluded there are V - 1 classes, eps / (V - 1) each",
-                _smoothed(spread="over_V")),
-        Mistake("annotated_convention", "the true class gets 1 - eps and eps is spread over the V - 2 other "
-                "non-padding classes; the stated convention spreads eps over all V - 1 non-padding classes, the "
-                "true one included, so the true class gets 1 - eps + eps / (V - 1)", _smoothed(spread="others")),
-        Mistake("true_class_plus_one", "the true class gets 1 + eps / (V - 1): subtract eps from it (1 - eps + "
-                "eps / (V - 1)), so the distribution sums to 1", _smoothed(spread="true_only_eps")),
-        Mistake("logits_as_log_probs", "it uses the logits as log-probabilities: take F.log_softmax(logits, "
-                "dim=-1) first", _smoothed(log=lambda z: z)),
-        Mistake("probabilities", "it uses probabilities (softmax) where log-probabilities belong: "
-                "F.log_softmax(logits, dim=-1)", _smoothed(log=lambda z: z.softmax(-1))),
     ),
     errors=(
         Raises("{what} raised {error}: scatter_/gather need an index with the same number of axes as the tensor, "
