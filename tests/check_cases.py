@@ -39,7 +39,7 @@ def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str, see
         tests/test_catalogue.py generates) and two valid variants per exercise."""
         assert set(mistakes) == set(variants) == set(exercise_ids(topic))
         for exercise in mistakes:
-            catalogued = getattr(get(exercise), "mistakes", ())
+            catalogued = get(exercise).catalogue()
             assert len(mistakes[exercise]) + len(catalogued) >= 3 and len(variants[exercise]) >= 2
 
     @pytest.mark.parametrize("exercise,fn,diagnosis",

@@ -1,17 +1,18 @@
-"""What every check shares: the registry, questions and verdicts, judging an answer.
+"""The exercise spec and the judging every check shares.
 
-An exercise's check is split in two so that grading never trusts the kernel:
+An exercise is data (:class:`Spec`): the calls drawn from a seed, the reference, the
+catalogue of mistakes (learner-style wrong implementations with their diagnoses), knobs,
+rules for raised errors, hints. Grading never trusts the kernel:
 
-- ``questions(rng)``: the inputs to call the learner's function with, each paired with
-  a ``verify(answer)`` that knows the reference. Only the inputs enter the kernel.
-- ``verify(answer)`` runs in the trusted grader on the answer as plain data
-  (``numpy.ndarray``, a tuple of answers, :class:`Raised` or :class:`Unsupported`),
-  decoded from the kernel's JSON by ``grader.wire``. It raises :class:`CheckFailed`
-  with a diagnosis when the answer is wrong.
+- ``questions(id, seed)``: only the calls' inputs enter the kernel, where the learner's
+  function (through the spec's driver) answers them as plain data;
+- ``verdict(id, seed, answers)`` runs in the trusted grader on those answers, decoded
+  from the kernel's JSON by ``grader.wire`` (arrays, tuples, :class:`Raised`,
+  :class:`Unsupported`): it runs the reference, and the catalogue when an answer is
+  wrong, the same way, and returns None or the diagnosis.
 
-``check(exercise_id, fn)`` runs both halves in one process (an instructor running the
-solution notebook, the tests); ``grader.verify`` runs them on either side of the
-sandbox while grading.
+``check(id, fn)`` runs both halves in one process (an instructor running the solution
+notebook, the tests); ``grader.verify`` runs them on either side of the sandbox.
 """
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ import pkgutil
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from coursekit import probe
 from coursekit.protocol import Raised, Unsupported
+
+from ..wire import decode_payload  # (the wire knows nothing of the checks: no cycle)
 
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
@@ -38,35 +41,6 @@ class CheckFailed(AssertionError):
     """A learner's answer is wrong; ``str(error)`` is the diagnosis shown as feedback."""
 
 
-Answer = "np.ndarray | tuple | Raised | Unsupported"
-
-
-@dataclass(frozen=True)
-class Question:
-    """One call of the learner's function: its arguments and how to judge the answer.
-
-    Arguments are numpy arrays (passed as arrays, or as torch tensors to torch code),
-    or Python numbers, booleans, strings and None (passed as they are).
-    """
-
-    args: tuple
-    verify: Callable[[object], None]
-    kwargs: dict = field(default_factory=dict)
-
-    def call(self) -> tuple[list, dict]:
-        return list(self.args), dict(self.kwargs)
-
-
-@dataclass(frozen=True)
-class Exercise:
-    id: str
-    function: str  # the name the learner's function has in the notebook, for messages
-    questions: Callable[[np.random.Generator], list[Question]]
-    driver: str | None = None  # coursekit.probe.get_driver(driver): how to call a class or loader
-
-
-
-# ------------------------------------------------------------------------------ the spec
 @dataclass(frozen=True)
 class Call:
     """One call of the learner's function: its arguments, and its name in a diagnosis.
@@ -212,8 +186,6 @@ class Spec:
 
     def run(self, implementation: object, calls: Sequence[Call]) -> list[object]:
         """``implementation``'s decoded answers to ``calls``, exactly as grading gets a learner's."""
-        from ..wire import decode_payload
-
         payload = probe.collect(self.id, implementation, [c.call() for c in calls], self.driver)
         return decode_payload(payload, self.id)
 
@@ -387,29 +359,7 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
     raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values")
 
 
-_REGISTRY: dict[str, Exercise] = {}
-
-
-def exercise(exercise_id: str, function: str, driver: str | None = None):
-    """Register the decorated ``questions(rng)`` as the check of ``exercise_id``.
-
-    ``driver`` names the kernel-side harness (``coursekit.probe.get_driver``) that turns the
-    learner's object, a class or a weight loader, into a function of plain data; the
-    questions' arguments are then that function's.
-    """
-    if driver is not None:
-        try:
-            probe.get_driver(driver)
-        except LookupError as error:
-            raise ValueError(f"{exercise_id}: {error}") from None
-
-    def register(questions: Callable[[np.random.Generator], list[Question]]):
-        if exercise_id in _REGISTRY:
-            raise ValueError(f"two checks registered for {exercise_id!r}")
-        _REGISTRY[exercise_id] = Exercise(exercise_id, function, questions, driver)
-        return questions
-
-    return register
+_REGISTRY: dict[str, Spec] = {}
 
 
 def _topics() -> list[str]:
@@ -428,7 +378,7 @@ def _register_topic(topic: str) -> None:
         _REGISTRY[spec.id] = spec
 
 
-def get(exercise_id: str) -> "Spec | Exercise":
+def get(exercise_id: str) -> Spec:
     """The registered exercise.
 
     Raises:
@@ -456,13 +406,10 @@ def public_seed(exercise_id: str) -> int:
     return int.from_bytes(hashlib.sha256(exercise_id.encode()).digest()[:8], "little")
 
 
-def questions(exercise_id: str, seed: int) -> "list[Call] | list[Question]":
-    """The exercise's questions drawn from ``seed`` (the same seed, the same inputs);
-    each has ``.call()``, the ``(args, kwargs)`` that enter the kernel."""
-    exercise = get(exercise_id)
-    if isinstance(exercise, Spec):
-        return list(_drawn(exercise_id, seed)[0])
-    return exercise.questions(np.random.default_rng(seed))
+def questions(exercise_id: str, seed: int) -> list[Call]:
+    """The exercise's calls drawn from ``seed`` (the same seed, the same inputs); each
+    call's ``.call()`` is the ``(args, kwargs)`` that enter the kernel."""
+    return list(_drawn(exercise_id, seed)[0])
 
 
 @functools.lru_cache(maxsize=512)
@@ -490,16 +437,12 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
         return f"{get(exercise_id).function}: not answered yet, it still raises NotImplementedError"
     if len(answers) != len(asked):
         return f"the grader asked {len(asked)} questions and received {len(answers)} answers"
-    exercise = get(exercise_id)
+    spec = get(exercise_id)
+    calls, expected = _drawn(exercise_id, seed)
     try:
-        if isinstance(exercise, Spec):
-            calls, expected = _drawn(exercise_id, seed)
-            for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
-                others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
-                (exercise.judge or judge_case)(Case(exercise, call, given, right, others=others))
-        else:
-            for question, given in zip(asked, answers):
-                question.verify(given)
+        for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
+            others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
+            (spec.judge or judge_case)(Case(spec, call, given, right, others=others))
     except CheckFailed as error:
         return str(error)
     return None
@@ -508,31 +451,30 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
 def answers_of(exercise_id: str, fn: object, seed: int) -> list[object]:
     """``fn``'s decoded answers to the questions of ``seed``, as grading collects them
     (in this process: no kernel, no sandbox)."""
-    from ..wire import decode_payload
-
     payload = probe.collect(exercise_id, fn, [q.call() for q in questions(exercise_id, seed)],
                             get(exercise_id).driver)
     return decode_payload(payload, exercise_id)
 
 
 def with_upstream(verdicts: dict[str, "str | None"]) -> dict[str, "str | None"]:
-    """A notebook's verdicts, with each failed exercise whose answer calls a failed
-    upstream exercise's function (``Spec.depends``) told to fix that one first: the
-    downstream diagnosis is then likely a consequence, not a second mistake."""
+    """A notebook's verdicts, with each failed exercise whose function calls a failed
+    upstream one (``Spec.depends``, the functions its solution calls) told to fix that one
+    first: the downstream diagnosis may be only a consequence. The blame is appended, so a
+    diagnosis still starts as it did. An exercise not answered yet is left as it is."""
     blamed = dict(verdicts)
     for exercise, diagnosis in verdicts.items():
-        if not diagnosis or exercise.split("-")[0] not in _topics():
+        if not diagnosis or "not answered yet" in diagnosis:
             continue
         try:
             spec = get(exercise)
         except LookupError:
             continue
-        failed = [get(d).function for d in getattr(spec, "depends", ()) if verdicts.get(d)]
+        failed = [get(d).function for d in spec.depends if verdicts.get(d)]
         if failed:
             names = " and ".join(failed)
-            blamed[exercise] = (f"{names} {'is' if len(failed) == 1 else 'are'} wrong, so {spec.function} "
-                                f"cannot be right: fix {names} first (its own diagnosis says what is wrong). "
-                                f"Here: {diagnosis}")
+            blamed[exercise] = (f"{diagnosis}. {names} {'is' if len(failed) == 1 else 'are'} wrong too, and "
+                                f"{spec.function} calls {'it' if len(failed) == 1 else 'them'}: fix {names} "
+                                f"first, then check {spec.function} again")
     return blamed
 
 
@@ -579,41 +521,3 @@ def to_array(answer: object, what: str) -> np.ndarray:
 def close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
     """Shapes equal and values within tolerance (NaN never matches)."""
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=False))
-
-
-KnownMistake = tuple[str, np.ndarray]
-ArrayHint = Callable[[np.ndarray], "str | None"]
-
-
-def judge(
-    answer: object,
-    expected: np.ndarray,
-    what: str,
-    mistakes: Iterable[KnownMistake] = (),
-    hints: Sequence[ArrayHint] = (),
-    rtol: float = RTOL,
-    atol: float = ATOL,
-) -> np.ndarray:
-    """Decide whether ``answer`` equals ``expected``; raise a diagnosis if not.
-
-    The diagnosis is, in order: the message of the first known mistake the answer
-    matches; a wrong shape; NaN or infinity where the reference is finite; the first
-    hint (a function of the answer) that returns a message; otherwise a plain
-    "values differ". Returns the answer as a float64 array when it is right.
-    """
-    got = to_array(answer, what)
-    if close(got, expected, rtol, atol):
-        return got
-    for message, wrong in mistakes:
-        wrong = np.asarray(wrong, dtype=np.float64)
-        if close(got, wrong, rtol, atol):
-            raise CheckFailed(f"{what}: {message}")
-    if got.shape != expected.shape:
-        raise CheckFailed(f"{what} has shape {got.shape}; expected {expected.shape}")
-    if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
-        raise CheckFailed(f"{what} contains NaN or infinity where every value should be finite")
-    for hint in hints:
-        message = hint(got)
-        if message:
-            raise CheckFailed(f"{what}: {message}")
-    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values")

@@ -529,6 +529,7 @@ class _MemoryMaskDropped(ref.Decoder):
 DECODER = Spec(
     id="decoder-Decoder",
     function="Decoder",
+    depends=("decoder-DecoderLayer", "decoder-decoder_self_mask"),  # its solution calls them
     inputs=_stack_inputs,
     reference=ref.Decoder,
     driver="decoder.decoder_stack",

@@ -455,6 +455,7 @@ _MODULE_DIAGNOSED = (
 ENCODER_LAYER = Spec(
     id="encoder-EncoderLayer",
     function="EncoderLayer",
+    depends=("encoder-sublayer_connection",),  # its solution calls them
     inputs=_layer_inputs,
     reference=ref.EncoderLayer,
     driver="encoder.drive_encoder_layer",
@@ -485,6 +486,17 @@ ENCODER_LAYER = Spec(
                 "path carries x itself", _connected(lambda x, s, n, norm_first: _normed(x, s, n))),
         Mistake("outside", "the norm is applied to the sublayer's output before the residual, x + norm(sublayer(x))",
                 _connected(_outside)),
+        # A residual or norm written inside a sublayer as well as around it (sublayer_connection):
+        Mistake("ffn_residual", "the feed-forward sublayer adds its own residual and sublayer_connection adds x "
+                "again (x + (x + FFN(x))): the residual belongs to sublayer_connection only, the sublayer returns "
+                "linear2(relu(linear1(x)))",
+                _layer(ffn=lambda self, t: t + ref.EncoderLayer.ffn(self, t))),
+        Mistake("attention_residual", "the self-attention sublayer adds its own residual and sublayer_connection "
+                "adds x again (x + (x + attention(x))): the residual belongs to sublayer_connection only",
+                _layer(attend=lambda self, t, ignore: t + ref.EncoderLayer.attend(self, t, ignore))),
+        Mistake("ffn_norm", "the feed-forward sublayer normalizes its own output and sublayer_connection "
+                "normalizes again: the norm belongs to sublayer_connection only (norm2, once)",
+                _layer(ffn=lambda self, t: self.norm2(ref.EncoderLayer.ffn(self, t)))),
     ),
     errors=_MODULE_ERRORS,
     judge=_raising(_MODULE_TOLD),
@@ -542,6 +554,7 @@ class _SharedLayers(ref.Encoder):
 ENCODER = Spec(
     id="encoder-Encoder",
     function="Encoder",
+    depends=("encoder-EncoderLayer",),  # its solution calls them
     inputs=_encoder_inputs,
     reference=ref.Encoder,
     driver="encoder.drive_encoder",

@@ -416,6 +416,7 @@ def _masked_keys_get_weight(w: np.ndarray, call: Call) -> bool:
 MASKED_SOFTMAX = Spec(
     id="masking-masked_softmax",
     function="masked_softmax",
+    depends=("masking-apply_mask",),  # its solution calls them
     inputs=_masked_softmax_inputs,
     reference=ref.masked_softmax,
     mistakes=(

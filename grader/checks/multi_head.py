@@ -346,6 +346,7 @@ class _NoSizes(ref.MultiHeadAttention):
 MULTI_HEAD_ATTENTION = Spec(
     id="multi_head-MultiHeadAttention",
     function="MultiHeadAttention",
+    depends=("multi_head-split_heads", "multi_head-merge_heads"),  # its solution calls them
     inputs=_module_calls,
     reference=ref.MultiHeadAttention,
     driver="attention_module",

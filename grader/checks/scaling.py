@@ -275,6 +275,7 @@ def _weights(scale=None, after=None, axis=-1, same_weights=False, softmax=True, 
 SELF_ATTENTION_WEIGHTS = Spec(
     id="scaling-self_attention_weights",
     function="self_attention_weights",
+    depends=("scaling-scaled_scores",),  # its solution calls them
     inputs=_embedding_inputs,
     reference=ref.self_attention_weights,
     judge=by_call(),

@@ -61,6 +61,7 @@ def _no_eps(a, b, eps=1e-8):
 COSINE_SIMILARITY = Spec(
     id="similarity-cosine_similarity",
     function="cosine_similarity",
+    depends=("similarity-dot_product",),  # its solution calls them
     inputs=_lengths_apart,
     reference=ref.cosine_similarity,
     mistakes=(

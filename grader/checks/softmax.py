@@ -275,6 +275,7 @@ def _asserts(scores, temperature):
 SOFTMAX_WITH_TEMPERATURE = Spec(
     id="softmax-softmax_with_temperature",
     function="softmax_with_temperature",
+    depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_temperature_inputs,
     reference=ref.softmax_with_temperature,
     judge=by_call(_judge_temperature),
@@ -496,6 +497,7 @@ def _attention_variant(scale="sqrt_d_k", axis=-1, masking="before_softmax"):
 SCALED_DOT_PRODUCT_ATTENTION = Spec(
     id="softmax-scaled_dot_product_attention",
     function="scaled_dot_product_attention",
+    depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_attention_inputs,
     reference=ref.scaled_dot_product_attention,
     parts=("output", "weights"),
