@@ -16,6 +16,7 @@ notebook, the tests); ``grader.verify`` runs them on either side of the sandbox.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -35,6 +36,15 @@ from ..wire import decode_payload  # (the wire knows nothing of the checks: no c
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
 ATOL = 1e-5
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No numpy or Python warnings from judging: running a mistake (0/0, overflow) or a
+    hook's arithmetic must not print into the learner's test cell."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 class CheckFailed(AssertionError):
@@ -213,8 +223,7 @@ class Case:
     def mistaken(self) -> list[tuple[Mistake, object]]:
         """Each catalogued mistake with its answer to this call (computed once, when asked)."""
         if self._mistaken is None:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # a mistake's 0/0 is expected, not news
+            with _quiet():  # a mistake's 0/0 is expected, not news
                 self._mistaken = [(m, self.spec.run(m.implementation, [self.call])[0])
                                   for m in self.spec.catalogue()]
         return self._mistaken
@@ -224,8 +233,7 @@ class Case:
         data, or both not data (a raised error, a non-array)."""
         if not self.others:
             return True
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             theirs = self.spec.run(implementation, [call for call, _ in self.others])
         for (call, given), wrong in zip(self.others, theirs):
             if isinstance(given, (Raised, Unsupported)) or isinstance(wrong, (Raised, Unsupported)):
@@ -293,8 +301,7 @@ def catalogued(case: Case, answer: object) -> str | None:
             return mistake.diagnosis
     paired = []
     for name, implementation, both in case.spec.pairs():
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             wrong = case.spec.run(implementation, [case.call])[0]
         if _same(case, answer, wrong):
             if case.consistent(implementation):
@@ -417,7 +424,8 @@ def _drawn(exercise_id: str, seed: int) -> tuple[tuple[Call, ...], tuple[object,
     """A spec's calls for ``seed`` and the reference's answers to them (computed once)."""
     spec = get(exercise_id)
     calls = tuple(spec.inputs(np.random.default_rng(seed)))
-    expected = spec.run(spec.reference, calls)
+    with _quiet():
+        expected = spec.run(spec.reference, calls)
     for call, answer in zip(calls, expected):
         promised = call.raises and isinstance(answer, Raised) and answer.message.startswith(call.raises)
         if isinstance(answer, (Raised, Unsupported)) and not promised:
@@ -440,9 +448,10 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
     spec = get(exercise_id)
     calls, expected = _drawn(exercise_id, seed)
     try:
-        for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
-            others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
-            (spec.judge or judge_case)(Case(spec, call, given, right, others=others))
+        with _quiet():
+            for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
+                others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
+                (spec.judge or judge_case)(Case(spec, call, given, right, others=others))
     except CheckFailed as error:
         return str(error)
     return None
