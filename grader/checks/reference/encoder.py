@@ -12,6 +12,8 @@ import math
 import torch
 import torch.nn as nn
 
+from . import positional_encoding
+
 
 def layer_norm(x, gamma, beta, eps=1e-5):
     """(..., d) -> (..., d): (x - mean) / sqrt(var + eps) * gamma + beta over the last axis,
@@ -34,11 +36,8 @@ def sublayer_connection(x, sublayer, norm, norm_first=False):
 
 
 def sinusoidal_encoding(max_len, d_model):
-    """(max_len, d_model) float32: PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(...)."""
-    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
-    pair = torch.arange(d_model) // 2
-    angles = pos / 10000 ** (2 * pair / d_model)
-    return torch.where(torch.arange(d_model) % 2 == 0, torch.sin(angles), torch.cos(angles)).float()
+    """(max_len, d_model) float32: notebook 05's table (its reference), as a tensor."""
+    return torch.from_numpy(positional_encoding.sinusoidal_encoding(max_len, d_model)).float()
 
 
 class EncoderLayer(nn.Module):

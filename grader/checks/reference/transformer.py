@@ -13,20 +13,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
-    """(max_len, d_model) float32: sin on even columns, cos on odd ones (Vaswani et al., Sec. 3.5)."""
-    position = torch.arange(max_len, dtype=torch.float32)[:, None]
-    angle = position / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2] = torch.sin(angle)
-    pe[:, 1::2] = torch.cos(angle)[:, : d_model // 2]
-    return pe
+from . import masking
+from .encoder import sinusoidal_encoding
 
 
 def causal_mask(size: int) -> torch.Tensor:
-    """(size, size) bool, True where query i may attend to key j, i.e. j <= i."""
-    return torch.tril(torch.ones(size, size, dtype=torch.bool))
+    """(size, size) bool: notebook 03's causal mask (its reference), as a tensor."""
+    return torch.from_numpy(masking.causal_mask(size))
 
 
 class Transformer(nn.Module):
