@@ -2,7 +2,8 @@
 
 One line per part, ``<kind>: <path>:<line or cell id>``: the solution cell, the test cell
 (its visible part in the student version, its hidden part in the source), the figure cells
-(cell metadata ``{"course": {"exercise": ID}}``), the cells the solution is copied into at
+(cell metadata ``{"course": {"exercise": ID}}``, or a list of ids for a figure that draws
+several exercises' functions), the cells the solution is copied into at
 release (``grader/assembled.py``), the check, its reference, mistake
 catalogue and driver when the exercise's object has them, the test cases and the
 grade-table column. Paths are relative to the repository root.
@@ -111,6 +112,12 @@ def _first_line_with(path: Path, text: str) -> int | None:
     return None
 
 
+def figure_exercises(cell) -> list[str]:
+    """The exercises a figure cell draws: its metadata ``course.exercise``, one id or a list."""
+    tag = cell.metadata.get("course", {}).get("exercise")
+    return [tag] if isinstance(tag, str) else list(tag or [])
+
+
 def notebook_places(exercise_id: str) -> list[Place]:
     """The cells of an exercise: solution, test (visible and hidden) and figures.
 
@@ -134,8 +141,7 @@ def notebook_places(exercise_id: str) -> list[Place]:
             grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
             if grade_id and grade_id.startswith(test_id):
                 places.append(Place("visible test", released, cell.id))
-    places += [Place("figure", source, cell.id) for cell in cells
-               if cell.metadata.get("course", {}).get("exercise") == exercise_id]
+    places += [Place("figure", source, cell.id) for cell in cells if exercise_id in figure_exercises(cell)]
     from .assembled import ASSEMBLIES, notebook_path
 
     places += [Place("copied into", notebook_path(a.assignment), a.cell, "by make release")
