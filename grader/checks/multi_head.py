@@ -435,6 +435,8 @@ MULTI_HEAD_ATTENTION = Spec(
 
 LINEARS = ("W_q", "W_k", "W_v", "W_o")
 ROLES = ("query", "key", "value")
+# What the learner's loader did to a parameter it never wrote (it keeps nn.Linear's initial values)
+UNWRITTEN = "load_torch_weights never writes it, so it keeps the layer's initial values"
 
 
 def _loader(order=(0, 1, 2), transpose=False, biases=True, out_proj=True, returns=True):
@@ -494,10 +496,11 @@ def _judge_layers(case: Case) -> None:
         else:
             want_w, want_b = chunks[role], bias_chunks[role]
             source_w, source_b = f"the {role} rows of in_proj_weight", f"the {role} part of in_proj_bias"
-        w_wrong = [(f"it is still all zeros: nothing was copied from {source_w}", np.zeros_like(want_w)),
+        # (the driver's module starts at zero, a value no copy gives: zero means never written)
+        w_wrong = [(f"{UNWRITTEN}: nothing was copied from {source_w}", np.zeros_like(want_w)),
                    (f"it holds the transpose of {source_w}: nn.Linear and in_proj_weight both store "
                     "(out_features, in_features), copy without .T", want_w.T)]
-        b_wrong = [(f"it is still all zeros: nothing was copied from {source_b} (copy the biases too)",
+        b_wrong = [(f"{UNWRITTEN}: nothing was copied from {source_b} (copy the biases too)",
                     np.zeros_like(want_b))]
         for other in ROLES if role != "out" else ():
             if other != role:
@@ -563,11 +566,11 @@ LOAD_TORCH_WEIGHTS = Spec(
         Mistake("transposed", "module.W_q.weight: it holds the transpose of the query rows of in_proj_weight: "
                 "nn.Linear and in_proj_weight both store (out_features, in_features), copy without .T",
                 _loader(transpose=True)),
-        Mistake("no_biases", "module.W_q.bias: it is still all zeros: nothing was copied from the query part of "
+        Mistake("no_biases", f"module.W_q.bias: {UNWRITTEN}: nothing was copied from the query part of "
                 "in_proj_bias (copy the biases too)", _loader(biases=False)),
-        Mistake("no_out_proj", "module.W_o.weight: it is still all zeros: nothing was copied from out_proj.weight",
+        Mistake("no_out_proj", f"module.W_o.weight: {UNWRITTEN}: nothing was copied from out_proj.weight",
                 _loader(out_proj=False)),
-        Mistake("nothing", "module.W_q.weight: it is still all zeros: nothing was copied from the query rows of "
+        Mistake("nothing", f"module.W_q.weight: {UNWRITTEN}: nothing was copied from the query rows of "
                 "in_proj_weight", lambda module, torch_mha: module),
         Mistake("no_return", "the weights are right, but load_torch_weights should return the module it loaded "
                 "into (`return module`), as the docstring says", _loader(returns=False)),
