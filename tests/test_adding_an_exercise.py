@@ -19,7 +19,7 @@ import torch
 from grader import course
 from grader.checks import CheckFailed, check
 from grader.checks import _core
-from grader.checks import Call, Hint, Knob, Mistake, Raises, Spec, answers_of, verdict
+from grader.checks import Call, Hint, Knob, Mistake, Probe, Raises, Spec, answers_of, verdict
 from grader.checks.reference import similarity as reference
 
 PAGE = course.ROOT / "docs" / "adding-an-exercise.md"
@@ -45,7 +45,7 @@ def page():
     exec(code["reference"], ref_ns := {"np": np, **vars(ref)})
     ref.distance_scores = ref_ns["distance_scores"]
     spec_ns = {"np": np, "ref": ref, "Call": Call, "Spec": Spec, "Knob": Knob, "Mistake": Mistake,
-               "Raises": Raises, "Hint": Hint}
+               "Raises": Raises, "Hint": Hint, "Probe": Probe}
     exec(code["spec"], spec_ns)
     spec = spec_ns["DISTANCE_SCORES"]
     assert spec.id == EXERCISE
@@ -82,6 +82,17 @@ def test_every_diagnosis_on_the_page_is_given_to_its_example(page):
         for seed in range(3):
             message = verdict(EXERCISE, seed, answers_of(EXERCISE, implementation, seed))
             assert message and diagnosis in message, message
+
+
+def test_the_page_s_probe_names_the_sign_beside_a_mistake_no_catalogue_lists(page):
+    """The example the page gives: -|q|^2 dropped and the sign flipped at once. No mistake or
+    pair explains it; the probe (queries at the origin) still names the sign."""
+    def distance_scores(q, k):
+        return -2 * np.einsum("...qd,...kd->...qk", q, k) + (k ** 2).sum(-1)[..., None, :]
+    for seed in range(3):
+        message = verdict(EXERCISE, seed, answers_of(EXERCISE, distance_scores, seed))
+        assert "it returns the distances, not their negatives" in message, message
+        assert "Something else differs as well" in message, message
 
 
 def test_the_variants_pass(page):

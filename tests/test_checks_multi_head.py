@@ -492,3 +492,23 @@ def test_reference_module_matches_torch(multi_head_notebook):
             ref, ref_w = theirs(x, memory, memory, key_padding_mask=None if mask is None else ~mask)
             torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
             torch.testing.assert_close(w.mean(1), ref_w, rtol=0, atol=1e-5)
+
+
+def test_a_parameter_the_loader_never_writes_is_named_by_what_the_loader_did():
+    """The grader's module starts at zero, the learner's at nn.Linear's random values: the
+    diagnosis says what the learner's loader did (it never wrote the parameter), not what
+    the grader's module held ("still all zeros" is true of the grader's module only)."""
+    from grader.checks import CheckFailed, check
+
+    def loads_the_key_rows_only(module, torch_mha):
+        with torch.no_grad():
+            module.W_k.weight.copy_(torch_mha.in_proj_weight.chunk(3)[1])
+        return module
+
+    for loader, parameter in [(_loader(biases=False), "module.W_q.bias"), (_loader(out_proj=False), "module.W_o.weight"),
+                              (loads_the_key_rows_only, "module.W_q.weight")]:
+        with pytest.raises(CheckFailed) as failure:
+            check("multi_head-load_torch_weights", loader)
+        message = str(failure.value)
+        assert f"{parameter}: load_torch_weights never writes it, so it keeps the layer's initial values" in message
+        assert "zeros" not in message, message

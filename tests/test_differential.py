@@ -10,6 +10,7 @@ several student seeds.
 """
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pytest
@@ -17,8 +18,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grader.checks import answers_of, get, verdict, with_upstream
+from grader.checks import Raised, answers_of, get, verdict, with_upstream
 from grader.checks.reference import encoder as encoder_ref
+from grader.checks.reference import multi_head as multi_head_ref
 
 SEEDS = (1, 2, 3)
 
@@ -209,3 +211,348 @@ def test_the_attention_knobs_compose_with_math_not_with_the_catalogue():
         weights /= weights.sum(-1, keepdims=True)
         return weights @ value, weights
     assert diagnoses("softmax-scaled_dot_product_attention", attention) == [None] * len(SEEDS)
+
+
+# ===================================================================== targeted extra questions
+# The probes of a spec (diagnostic calls answered with the graded ones) locate what no
+# catalogued mistake explains. Every class and function below is written from scratch, the
+# way a learner would, not from the catalogue's implementations.
+
+# --------------------------------------------------------------- which axis sums to one
+def attention_softmax_without_dim(query, key, value, mask=None):
+    q, k, v = (torch.as_tensor(a) for a in (query, key, value))
+    scores = torch.matmul(q, k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~torch.as_tensor(mask), -1e9)
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        weights = F.softmax(scores)  # no dim: torch picks dim 1 of 4-D scores, dim 0 of 3-D ones
+    return torch.matmul(weights, v), weights
+
+
+def attention_normalized_per_head(query, key, value, mask=None):
+    scores = np.einsum("...qd,...kd->...qk", query, key) / np.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=(-2, -1), keepdims=True))
+    weights = e / e.sum(axis=(-2, -1), keepdims=True)  # every entry of a head's matrix at once
+    return weights @ value, weights
+
+
+def attention_over_queries_scaled_twice(query, key, value, mask=None):
+    scores = query @ np.swapaxes(key, -1, -2) / query.shape[-1] ** 1.5  # a scale no knob lists
+    if mask is not None:
+        scores = np.where(mask, scores, -1e9)
+    e = np.exp(scores - scores.max(axis=-2, keepdims=True))
+    weights = e / e.sum(axis=-2, keepdims=True)
+    return weights @ value, weights
+
+
+@pytest.mark.parametrize("fn,words", [
+    (attention_softmax_without_dim, ("the heads axis of (batch, heads, query, key) weights",
+                                     "the batch axis of (batch, query, key) weights")),
+    (attention_normalized_per_head, ("the query and key axes together",)),
+    (attention_over_queries_scaled_twice, ("the weights sum to 1 over the query axis",)),
+])
+def test_which_axis_sums_to_one_is_named(fn, words):
+    assert_named("softmax-scaled_dot_product_attention", fn, "each query's weights over the keys should sum to 1",
+                 *words)
+
+
+class HeadsSoftmaxMHA(multi_head_ref.MultiHeadAttention):  # (its __init__ only: the layers the driver loads)
+    def forward(self, query, key, value, mask=None):
+        b = query.shape[0]
+        q, k, v = (w(x).view(b, -1, self.heads, self.d_k).permute(0, 2, 1, 3)
+                   for w, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        weights = scores.softmax(dim=1)  # over the heads
+        out = torch.einsum("bhqk,bhkd->bhqd", weights, v).permute(0, 2, 1, 3).reshape(b, -1, self.d_model)
+        return self.W_o(out), weights
+
+
+def test_which_axis_the_multi_head_weights_sum_to_one_over_is_named():
+    assert_named("multi_head-MultiHeadAttention", HeadsSoftmaxMHA, "the weights sum to 1 over the heads axis")
+
+
+# ------------------------------------------------ a residual or norm missing or doubled
+class ScratchEncoderLayer(nn.Module):
+    """An encoder layer written out in full, with switches for what a learner gets wrong."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False, *, inside_ffn_residual=False,
+                 attention_norm=True, activation=F.relu, inverted=False, attention_inside_norm=False):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.norm_first, self.inside_ffn_residual, self.attention_norm = norm_first, inside_ffn_residual, attention_norm
+        self.activation, self.inverted, self.attention_inside_norm = activation, inverted, attention_inside_norm
+
+    def _attention(self, t, padding_mask):
+        ignore = None if padding_mask is None else (padding_mask if self.inverted else ~padding_mask)
+        out = self.drop(self.self_attn(t, t, t, key_padding_mask=ignore)[0])
+        return self.norm1(out) if self.attention_inside_norm else out
+
+    def _ffn(self, t):
+        out = self.drop(self.linear2(self.activation(self.linear1(t))))
+        return t + out if self.inside_ffn_residual else out
+
+    def forward(self, x, padding_mask=None):
+        norm1 = self.norm1 if self.attention_norm else nn.Identity()
+        if self.norm_first:
+            x = x + self._attention(norm1(x), padding_mask)
+            return x + self._ffn(self.norm2(x))
+        x = norm1(x + self._attention(x, padding_mask))
+        return self.norm2(x + self._ffn(x))
+
+
+def scratch_layer(**wrong):
+    return type("EncoderLayer", (ScratchEncoderLayer,), {"__init__": lambda self, *a, **k: ScratchEncoderLayer.__init__(
+        self, *a, **k, **wrong)})
+
+
+def test_the_scratch_encoder_layer_is_right():
+    assert diagnoses("encoder-EncoderLayer", scratch_layer()) == [None] * len(SEEDS)
+
+
+@pytest.mark.parametrize("wrong,words", [
+    ({"inside_ffn_residual": True, "attention_norm": False},
+     ("two mistakes at once", "the feed-forward sublayer adds its own residual", "self-attention sublayer's norm "
+      "(norm1) is missing")),
+    ({"attention_inside_norm": True, "inside_ffn_residual": True, "inverted": True},
+     ("three mistakes at once", "the self-attention sublayer normalizes its own output",
+      "the feed-forward sublayer adds its own residual", "the padding mask is inverted")),
+    ({"inverted": True, "inside_ffn_residual": True},
+     ("two mistakes at once", "the padding mask is inverted", "the feed-forward sublayer adds its own residual")),
+    ({"inside_ffn_residual": True, "activation": F.gelu},
+     ("the feed-forward sublayer adds its own residual", "Something else differs as well")),
+    ({"activation": F.gelu}, ("but wrong values", "the residual connections and norms are right")),
+])
+def test_residuals_and_norms_are_located_in_an_encoder_layer(wrong, words):
+    assert_named("encoder-EncoderLayer", scratch_layer(**wrong), *words)
+
+
+class ScratchDecoderLayer(nn.Module):
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False, *, cross_inside_residual=False,
+                 ffn_norm=True, self_inside_norm=False):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
+        self.multihead_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout, self.norm_first, self.heads = nn.Dropout(dropout), norm_first, heads
+        self.cross_inside_residual, self.ffn_norm, self.self_inside_norm = cross_inside_residual, ffn_norm, self_inside_norm
+
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        attn_mask = None if tgt_mask is None else ~tgt_mask
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask.repeat_interleave(self.heads, dim=0)
+        ignore = None if memory_padding_mask is None else ~memory_padding_mask
+
+        def self_block(x):
+            out = self.dropout(self.self_attn(x, x, x, attn_mask=attn_mask)[0])
+            return self.norm1(out) if self.self_inside_norm else out
+
+        def cross_block(x):
+            out = self.dropout(self.multihead_attn(x, memory, memory, key_padding_mask=ignore)[0])
+            return x + out if self.cross_inside_residual else out
+
+        def ffn_block(x):
+            return self.dropout(self.linear2(F.relu(self.linear1(x))))
+
+        norm3 = self.norm3 if self.ffn_norm else (lambda t: t)
+        x = y
+        for block, norm in ((self_block, self.norm1), (cross_block, self.norm2), (ffn_block, norm3)):
+            x = x + block(norm(x)) if self.norm_first else norm(x + block(x))
+        return x
+
+
+def scratch_decoder_layer(**wrong):
+    return type("DecoderLayer", (ScratchDecoderLayer,), {"__init__": lambda self, *a, **k: ScratchDecoderLayer.__init__(
+        self, *a, **k, **wrong)})
+
+
+@pytest.mark.parametrize("wrong,words", [
+    ({}, ()),
+    ({"cross_inside_residual": True, "ffn_norm": False},
+     ("two mistakes at once", "the cross-attention sublayer adds its own residual",
+      "the feed-forward sublayer's norm (norm3) is missing")),
+    ({"self_inside_norm": True}, ("the masked self-attention sublayer normalizes its own output",)),
+])
+def test_residuals_and_norms_are_located_in_a_decoder_layer(wrong, words):
+    if not words:
+        assert diagnoses("decoder-DecoderLayer", scratch_decoder_layer()) == [None] * len(SEEDS)
+    else:
+        assert_named("decoder-DecoderLayer", scratch_decoder_layer(**wrong), *words)
+
+
+# --------------------------------------------------------------- which activation
+def gelu_typed_by_hand(h):
+    return 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+
+
+def gelu_erf_typed_by_hand(h):
+    return 0.5 * h * (1 + torch.erf(h / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("activation,named", [
+    (nn.ELU(), "applies ELU"), (nn.Softplus(), "applies softplus"), (nn.Mish(), "applies Mish"),
+    (nn.ReLU6(), "applies ReLU6"), (nn.Hardswish(), "applies hard swish"), (nn.SELU(), "applies SELU"),
+    (gelu_typed_by_hand, "the tanh approximation of GELU"), (gelu_erf_typed_by_hand, "applies GELU"),
+    (lambda h: h * torch.sigmoid(1.702 * h), "the sigmoid approximation of GELU"),
+    (lambda h: h * torch.tanh(h), "the activation between the layers is not ReLU: it is"),
+])
+def test_an_activation_no_knob_lists_is_named(activation, named):
+    assert_named("encoder-feed_forward", ffn_with(activation), named)
+
+
+def test_an_activation_and_a_bias_no_single_mistake_explains_are_both_named():
+    def feed_forward(x, W1, b1, W2, b2):
+        return F.linear(F.elu(F.linear(x, W1)), W2, b2)  # ELU, and no b1
+    assert_named("encoder-feed_forward", feed_forward, "two mistakes at once", "applies ELU", "bias b1")
+
+
+# --------------------------------------------------------------- which reduction
+def loss_reduced_as(reduce, q_of=None):
+    def label_smoothed_loss(logits, target, pad_id, smoothing):
+        V = logits.shape[-1]
+        logp = logits.reshape(-1, V).log_softmax(-1)
+        t = target.reshape(-1)
+        if q_of is None:
+            q = torch.full_like(logp, smoothing / (V - 1))
+            q[:, pad_id] = 0.0
+            q.scatter_(1, t.unsqueeze(1), 1 - smoothing + smoothing / (V - 1))
+        else:
+            q = q_of(logp, t, smoothing, V)
+        per_token = -(q * logp).sum(-1)
+        real = (t != pad_id).float()
+        return reduce(per_token, real, target.shape)
+    return label_smoothed_loss
+
+
+def _uniform_over_every_class(logp, t, eps, V):
+    q = torch.full_like(logp, eps / (V - 1))  # padding keeps its share: in no knob list
+    q[torch.arange(len(t)), t] = 1 - eps
+    return q
+
+
+@pytest.mark.parametrize("loss,words", [
+    (loss_reduced_as(lambda l, real, shape: (l * real).sum() / real.numel()), ("by the number of all positions",)),
+    (loss_reduced_as(lambda l, real, shape: ((l * real).view(shape).sum(1) / real.view(shape).sum(1)).mean()),
+     ("it averages per sentence",)),
+    (loss_reduced_as(lambda l, real, shape: (l * real).sum() / shape[0]), ("divides by the batch size",)),
+    (loss_reduced_as(lambda l, real, shape: (l * (1 - real)).sum() / (1 - real).sum()),
+     ("over the padding positions only",)),
+    (loss_reduced_as(lambda l, real, shape: (l * real).sum(), _uniform_over_every_class),
+     ("it sums over the tokens", "Something else differs as well")),
+])
+def test_the_reduction_of_a_loss_is_named(loss, words):
+    assert_named("transformer-label_smoothed_loss", loss, *words)
+
+
+def test_kl_summed_names_both():
+    def label_smoothed_loss(logits, target, pad_id, smoothing):
+        V = logits.shape[-1]
+        logp, t = F.log_softmax(logits, -1).view(-1, V), target.view(-1)
+        q = torch.full_like(logp, smoothing / (V - 1))
+        q[:, pad_id] = 0
+        q[torch.arange(len(t)), t] = 1 - smoothing + smoothing / (V - 1)
+        keep = t != pad_id
+        return F.kl_div(logp[keep], q[keep], reduction="sum")
+    assert_named("transformer-label_smoothed_loss", label_smoothed_loss, "two mistakes at once", "KL divergence",
+                 "sums over the tokens")
+
+
+# --------------------------------------------------------------- two known mistakes at once
+class UnscaledReversedMHA(HeadsSoftmaxMHA):
+    def forward(self, query, key, value, mask=None):
+        b = query.shape[0]
+        q, k, v = (w(x).view(b, -1, self.heads, self.d_k).transpose(1, 2)
+                   for w, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        scores = q @ k.transpose(-2, -1)  # not scaled
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        weights = scores.softmax(-1)
+        heads = list((weights @ v).unbind(1))[::-1]  # concatenated last head first
+        return self.W_o(torch.cat(heads, dim=-1)), weights
+
+
+def test_two_known_multi_head_mistakes_are_both_named():
+    assert_named("multi_head-MultiHeadAttention", UnscaledReversedMHA, "two mistakes at once",
+                 "does not scale the scores", "in reverse order")
+
+
+# --------------------------------------------------------------- raised errors on later questions
+def attention_if_mask(query, key, value, mask=None):
+    scores = query @ np.swapaxes(key, -1, -2) / np.sqrt(query.shape[-1])
+    if mask:  # fine without a mask; raises on the first question that has one
+        scores = np.where(mask, scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return weights @ value, weights
+
+
+class MaskWithoutHeadsMHA(HeadsSoftmaxMHA):
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3 and mask.shape[1] != 1:
+            mask = mask.unsqueeze(0)  # (batch, q_len, k_len) gets an axis in front, not a heads axis
+        b = query.shape[0]
+        q, k, v = (w(x).view(b, -1, self.heads, self.d_k).transpose(1, 2)
+                   for w, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~(mask if mask.dim() == 4 else mask.unsqueeze(-3)), float("-inf"))
+        weights = scores.softmax(-1)
+        return self.W_o((weights @ v).transpose(1, 2).reshape(b, -1, self.d_model)), weights
+
+
+def ffn_einsum_without_ellipsis(x, W1, b1, W2, b2):
+    hidden = torch.relu(torch.einsum("bsd,fd->bsf", x, W1) + b1)  # (batch, seq_len, d) only
+    return torch.einsum("bsf,df->bsd", hidden, W2) + b2
+
+
+def loss_unpacking_the_shape(logits, target, pad_id, smoothing):
+    B, T, V = logits.shape  # the last question's logits are (tokens, V)
+    logp, t = logits.view(B * T, V).log_softmax(-1), target.view(B * T)
+    q = torch.full_like(logp, smoothing / (V - 1)).index_fill(1, torch.tensor([pad_id]), 0.0)
+    q[torch.arange(B * T), t] = 1 - smoothing + smoothing / (V - 1)
+    return -(q * logp).sum(-1)[t != pad_id].mean()
+
+
+class FloatMaskLayer(ScratchEncoderLayer):
+    def _attention(self, t, padding_mask):
+        ignore = None if padding_mask is None else (~padding_mask).float() * 2  # neither bool nor a float mask
+        return self.drop(self.self_attn(t, t, t, key_padding_mask=ignore)[0])
+
+
+@pytest.mark.parametrize("exercise,fn,words", [
+    ("softmax-scaled_dot_product_attention", attention_if_mask, ("`if mask is not None:`",)),
+    ("multi_head-MultiHeadAttention", MaskWithoutHeadsMHA, ("has no heads axis",)),
+    ("encoder-feed_forward", ffn_einsum_without_ellipsis, ("the layers act on the last axis",)),
+    ("transformer-label_smoothed_loss", loss_unpacking_the_shape, ("logits may be (tokens, V)",)),
+])
+def test_an_error_raised_on_a_later_question_is_explained_in_the_exercise_s_words(exercise, fn, words):
+    """Each is right, or raises nothing, on the first question: the rule must apply on the one that raises."""
+    graded = len(get(exercise).inputs(np.random.default_rng(0)))
+    for seed in SEEDS:
+        answers = answers_of(exercise, fn, seed)[:graded]
+        assert not isinstance(answers[0], Raised), answers[0]
+        assert any(isinstance(a, Raised) for a in answers[1:])
+    assert_named(exercise, fn, *words)
+
+
+# --------------------------------------------------------------- the probes never cost points
+def feed_forward_that_refuses_identity_weights(x, W1, b1, W2, b2):
+    if W1.shape[0] == W1.shape[1] and torch.equal(W1, torch.eye(W1.shape[0], dtype=W1.dtype)):
+        raise ValueError("an identity layer: refused")
+    return F.linear(F.relu(F.linear(x, W1, b1)), W2, b2)
+
+
+def test_a_right_answer_is_right_whatever_it_answers_to_the_probes():
+    """Diagnostic calls never count for points: an implementation right on every graded call
+    passes even when it raises on every probe."""
+    assert diagnoses("encoder-feed_forward", feed_forward_that_refuses_identity_weights) == [None] * len(SEEDS)
+    answers = answers_of("encoder-feed_forward", feed_forward_that_refuses_identity_weights, 1)
+    assert isinstance(answers[-1], Raised)  # (it did refuse the probe)

@@ -11,16 +11,16 @@ learner's answer is wrong. The specs of exercise ``<topic>-<name>`` are listed i
 ``grader/checks/reference/<topic>.py``.
 
 The public API, for the grading preprocessors (``grader.verify``), the tutor and the
-tests: ``questions(id, seed)`` are the calls sent into the kernel, ``verdict(id, seed,
-answers)`` judges the decoded answers, ``with_upstream`` blames an upstream exercise,
+tests: ``questions(id, seed)`` are the calls sent into the kernel (the graded ones, then
+the probes' diagnostic ones), ``verdict(id, seed, answers)`` judges the decoded answers, ``with_upstream`` blames an upstream exercise,
 ``answers_of`` collects a function's answers in process, ``get`` and ``exercise_ids``
 find specs.
 """
 from coursekit.protocol import Raised, Unsupported
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, answers_of, check,
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, answers_of, check,
                     exercise_ids, get, judge_case, public_seed, questions, verdict, with_upstream)
 
-__all__ = ["Call", "Case", "CheckFailed", "Hint", "Knob", "Mistake", "Raised", "Raises", "Spec",
+__all__ = ["Call", "Case", "CheckFailed", "Hint", "Knob", "Mistake", "Probe", "Raised", "Raises", "Spec",
            "Unsupported", "answers_of", "check", "exercise_ids", "get", "judge_case", "public_seed",
            "questions", "verdict", "with_upstream"]

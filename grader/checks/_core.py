@@ -11,6 +11,11 @@ rules for raised errors, hints. Grading never trusts the kernel:
   :class:`Unsupported`): it runs the reference, and the catalogue when an answer is
   wrong, the same way, and returns None or the diagnosis.
 
+A spec's probes (:class:`Probe`) are diagnostic questions: calls on inputs chosen to tell
+hypotheses apart, asked with the graded calls (``questions`` returns both) and answered in
+the same kernel run. They never count for points; ``verdict`` reads them only to locate a
+mistake that no catalogued one explains.
+
 ``check(id, fn)`` runs both halves in one process (an instructor running the solution
 notebook, the tests); ``grader.verify`` runs them on either side of the sandbox.
 """
@@ -20,15 +25,17 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import itertools
 import pkgutil
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
-from coursekit import probe
+from coursekit.probe import collect, get_driver
 from coursekit.protocol import Raised, Unsupported
 
 from ..wire import decode_payload  # (the wire knows nothing of the checks: no cycle)
@@ -36,6 +43,22 @@ from ..wire import decode_payload  # (the wire knows nothing of the checks: no c
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
 ATOL = 1e-5
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread while the grader runs a reference or a hypothesis: its tensors are
+    tiny, and on a loaded machine every op of a thread pool waits for its busiest thread
+    (measured: a decoder layer's call took 27 times as long with the default pool)."""
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else 1
+    if threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if threads != 1:
+            torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
@@ -89,10 +112,12 @@ class Mistake:
 class Raises:
     """A rule for a raised error: the diagnosis when the learner's function raises.
 
-    ``diagnosis`` may use ``{error}`` (the learner's ``"TypeError: ..."``) and ``{what}``.
+    ``diagnosis`` may use ``{error}`` (the learner's ``"TypeError: ..."``, without a final
+    period), ``{detail}`` (the same without the exception's type) and ``{what}`` (the call).
     The rule applies when ``match`` (a regular expression) is found in the error and
-    ``when`` (of the :class:`Call`), if given, holds. ``example`` is a learner-style
-    implementation that gets this diagnosis: the tests assert it.
+    ``when`` (of the :class:`Call`), if given, holds; it applies on every call, the first
+    rule that does wins. ``example`` is a learner-style implementation that gets this
+    diagnosis: the tests assert it.
     """
 
     diagnosis: str
@@ -130,6 +155,47 @@ class Knob:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """A diagnostic question: extra calls of the learner's function on inputs chosen to tell
+    hypotheses apart, where a part of the exercise is made irrelevant or transparent (zero
+    biases, identity weights, a sublayer that outputs a constant, one key, a known
+    activation region, batch and padding counts that tell reductions apart).
+
+    ``calls(rng)`` draws them after the graded calls, from the same seed (so the graded
+    questions do not change), and they are answered in the same kernel run: the verdict is
+    reached after execution, so every question is asked in advance. They never count for
+    points. They are read only when a graded answer is wrong and no catalogued mistake
+    explains it, so a valid implementation loses nothing whatever it answers here, and a
+    right one costs only the kernel's time to answer them. Their inputs are never shown.
+
+    Reading, in order:
+
+    - ``reads`` names knobs of the spec: every combination of their settings (the
+      reference's, each wrong one, and the ``extra`` wrong settings tried on this probe
+      only, e.g. activations no knob lists), with at most ``most`` wrong at once and the
+      fewest first, runs on these calls; the first whose answers are the learner's names
+      its wrong settings, all of them. The knobs not read keep the reference's setting,
+      so the inputs must make them irrelevant. With ``reads`` empty only the reference
+      is tried.
+    - ``describe(answers, calls)``: what the learner's answers show when no combination
+      gives them (e.g. which axes sum to one), or None.
+
+    ``right`` is said when the learner answers as the reference does: the part this probe
+    isolates is right, look elsewhere. ``examples`` are learner-style implementations with
+    the finding each must get (asserted by the tests, like ``Spec.diagnosed``).
+    """
+
+    name: str
+    calls: Callable[[np.random.Generator], list[Call]]
+    reads: tuple[str, ...] = ()
+    extra: tuple[Knob, ...] = ()
+    describe: Callable[[list, list[Call]], str | None] | None = None
+    right: str = ""
+    most: int = 2
+    examples: tuple[Mistake, ...] = ()
+
+
+@dataclass(frozen=True)
 class Spec:
     """An exercise as data: what is asked, the reference, the catalogue of mistakes.
 
@@ -143,6 +209,11 @@ class Spec:
     default judgement of one call (:func:`judge_case`): the one hook of a bespoke
     exercise. ``diagnosed`` lists learner-style implementations with the diagnosis a
     hook or ``prepare`` gives them: never matched by value, always asserted by the tests.
+    ``probes`` are the diagnostic questions (:class:`Probe`). ``by_call``: a raised error
+    or non-data answer that no rule explains is named by its call (``Call.what``: which
+    call tells a learner more, a batch, a keyword, a mask without heads) rather than by
+    the function, and before the ``judge`` hook sees it. ``output`` names an answer in
+    value diagnoses when the call is not the answer itself (``"the output of {}"``).
     """
 
     id: str
@@ -164,11 +235,14 @@ class Spec:
     knobs: tuple[Knob, ...] = ()
     variant: Callable[..., object] | None = None
     depends: tuple[str, ...] = ()  # exercises whose functions the learner's answer calls
+    probes: tuple[Probe, ...] = ()
+    by_call: bool = False
+    output: str = ""
 
     def __post_init__(self):
         if self.driver is not None:
             try:
-                probe.get_driver(self.driver)
+                get_driver(self.driver)
             except LookupError as error:
                 raise ValueError(f"{self.id}: {error}") from None
         if self.knobs and self.variant is None:
@@ -176,6 +250,17 @@ class Spec:
         names = [m.name for m in self.catalogue() + self.diagnosed]
         if len(set(names)) != len(names):
             raise ValueError(f"{self.id}: two mistakes share a name")
+        knobs = {k.name for k in self.knobs}
+        for p in self.probes:
+            unknown = (set(p.reads) | {k.name for k in p.extra}) - knobs
+            if unknown or not set(k.name for k in p.extra) <= set(p.reads):
+                raise ValueError(f"{self.id}: probe {p.name!r} reads knobs the spec does not have, or has extra "
+                                 f"settings of knobs it does not read: {sorted(unknown) or [k.name for k in p.extra]}")
+        if len({p.name for p in self.probes}) != len(self.probes):
+            raise ValueError(f"{self.id}: two probes share a name")
+
+    def knob(self, name: str) -> Knob:
+        return next(k for k in self.knobs if k.name == name)
 
     def catalogue(self) -> tuple[Mistake, ...]:
         """The catalogued mistakes: those listed, then one per wrong setting of each knob."""
@@ -194,15 +279,61 @@ class Spec:
                                       self.variant(**{first.name: a, second.name: b}), (da, db)))
         return found
 
+    def combinations(self, probe: Probe) -> list[tuple[str, dict, tuple[str, ...]]]:
+        """The settings a probe tells apart, fewest wrong first: (name, settings, diagnoses);
+        the first is the reference's (no wrong setting)."""
+        options = [[(knob, s, d) for s, d in self.knob(knob).wrong
+                    + tuple(w for k in probe.extra if k.name == knob for w in k.wrong)] for knob in probe.reads]
+        found = [("reference", {}, ())]
+        for n in range(1, min(probe.most, len(options)) + 1):
+            for chosen in itertools.combinations(options, n):
+                for picks in itertools.product(*chosen):
+                    found.append(("+".join(f"{k}={s!r}" for k, s, _ in picks), {k: s for k, s, _ in picks},
+                                  tuple(d for _, _, d in picks)))
+        return found
+
+    def implementation(self, settings: dict) -> object:
+        """The reference, or the variant with these knob settings."""
+        return self.variant(**settings) if settings else self.reference
+
     def run(self, implementation: object, calls: Sequence[Call]) -> list[object]:
         """``implementation``'s decoded answers to ``calls``, exactly as grading gets a learner's."""
-        payload = probe.collect(self.id, implementation, [c.call() for c in calls], self.driver)
+        with _one_thread():
+            payload = collect(self.id, implementation, [c.call() for c in calls], self.driver)
         return decode_payload(payload, self.id)
+
+
+# Hypotheses' answers (a catalogued mistake, a pair of knobs, a probe's combination) to one
+# question of one seed, computed once: the same seed asks them again for every answer judged
+# in the tests, and a probe's reading reuses the catalogue's. Keyed by (exercise, seed,
+# question, hypothesis name); cleared when it grows past the limit.
+_ANSWERS: dict[tuple, object] = {}
+_ANSWERS_LIMIT = 20_000
+
+
+def _answer_of(spec: Spec, seed: int | None, question: object, name: str, implementation: object,
+               call: Call) -> object:
+    """``implementation``'s decoded answer to ``call`` (the hypothesis ``name``), quietly."""
+    key = (spec.id, seed, question, name)
+    if seed is not None and key in _ANSWERS:
+        return _ANSWERS[key]
+    with _quiet():  # a mistake's 0/0 is expected, not news
+        found = spec.run(implementation, [call])[0]
+    if seed is not None:
+        if len(_ANSWERS) >= _ANSWERS_LIMIT:
+            _ANSWERS.clear()
+        _ANSWERS[key] = found
+    return found
 
 
 @dataclass
 class Case:
-    """One call being judged: the learner's answer beside the reference's."""
+    """One call being judged: the learner's answer beside the reference's.
+
+    ``seed`` and ``index`` (the call's place among the graded calls) key the hypotheses'
+    answers computed once (:func:`_answer_of`); ``others`` holds (index, call, answer) of the
+    exercise's other graded calls, ``probed`` (probe, calls, answers) of its probes.
+    """
 
     spec: Spec
     call: Call
@@ -212,42 +343,79 @@ class Case:
     # the other calls of the exercise with the learner's answers to them: a mistake that
     # explains this call is preferred when it explains those as well
     others: tuple = ()
+    seed: int | None = None
+    index: int | None = None
+    probed: tuple = ()
+    _found: "Findings | None" = None
+
+    @property
+    def called(self) -> str:
+        """The call, as a diagnosis names it (``Call.what``, else the function)."""
+        return self.call.what or self.spec.function
 
     @property
     def what(self) -> str:
-        return self.call.what or self.spec.function
+        """The answer, as a value diagnosis names it (``Spec.output`` of the call)."""
+        return self.spec.output.format(self.called) if self.spec.output else self.called
 
     def fail(self, message: str) -> None:
         raise CheckFailed(f"{self.what}: {message}")
 
+    def answer_of(self, name: str, implementation: object, call: Call | None = None, question: object = None
+                  ) -> object:
+        """The hypothesis ``name``'s answer to this call (or to ``call``, the ``question``-th)."""
+        if call is None:
+            call, question = self.call, self.index
+        seed = self.seed if question is not None else None
+        return _answer_of(self.spec, seed, question, name, implementation, call)
+
     def mistaken(self) -> list[tuple[Mistake, object]]:
         """Each catalogued mistake with its answer to this call (computed once, when asked)."""
         if self._mistaken is None:
-            with _quiet():  # a mistake's 0/0 is expected, not news
-                self._mistaken = [(m, self.spec.run(m.implementation, [self.call])[0])
-                                  for m in self.spec.catalogue()]
+            self._mistaken = [(m, self.answer_of(m.name, m.implementation)) for m in self.spec.catalogue()]
         return self._mistaken
 
-    def consistent(self, implementation: object) -> bool:
+    def consistent(self, implementation: object, name: str | None = None) -> bool:
         """``implementation`` answers each of the other calls as the learner did: the same
         data, or both not data (a raised error, a non-array)."""
-        if not self.others:
-            return True
-        with _quiet():
-            theirs = self.spec.run(implementation, [call for call, _ in self.others])
-        for (call, given), wrong in zip(self.others, theirs):
-            if isinstance(given, (Raised, Unsupported)) or isinstance(wrong, (Raised, Unsupported)):
-                if not (isinstance(given, (Raised, Unsupported)) and isinstance(wrong, (Raised, Unsupported))):
-                    return False
-                continue
-            other = Case(self.spec, call, given, None)
-            try:
-                mine = given if self.spec.prepare is None else self.spec.prepare(given, call, other.what)
-            except CheckFailed:
-                return False
-            if not _same(other, mine, wrong, nan=True):
+        for index, call, given in self.others:
+            if name is None:
+                with _quiet():
+                    wrong = self.spec.run(implementation, [call])[0]
+            else:
+                wrong = self.answer_of(name, implementation, call, index)
+            if not _agrees(self.spec, call, given, wrong):
                 return False
         return True
+
+    def findings(self) -> "Findings":
+        """What the probes found (read once, when asked)."""
+        if self._found is None:
+            self._found = _read_probes(self)
+        return self._found
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a case's probes found: the diagnosis of what is wrong (None if nothing), whether
+    it explains every graded answer, and the notes of the parts found right."""
+
+    wrong: str | None = None
+    complete: bool = False
+    right: tuple[str, ...] = ()
+
+
+def _agrees(spec: Spec, call: Call, given: object, wrong: object) -> bool:
+    """A hypothesis's answer to another call is the learner's: the same (prepared) data, or
+    both not data."""
+    if isinstance(given, (Raised, Unsupported)) or isinstance(wrong, (Raised, Unsupported)):
+        return isinstance(given, (Raised, Unsupported)) and isinstance(wrong, (Raised, Unsupported))
+    other = Case(spec, call, given, None)
+    try:
+        mine = given if spec.prepare is None else spec.prepare(given, call, other.what)
+    except CheckFailed:
+        return False
+    return _same(other, mine, wrong, nan=True)
 
 
 def _equal(a: object, b: object, rtol: float, atol: float, nan: bool = False) -> bool:
@@ -264,13 +432,23 @@ def _equal(a: object, b: object, rtol: float, atol: float, nan: bool = False) ->
     return close(a.astype(np.float64), b.astype(np.float64), rtol, atol)
 
 
+NOT_ANSWERED = "NotImplementedError"
+
+
 def _explain_raised(case: Case) -> None:
-    """A raised error in the exercise's words (the spec's rules), else in general words."""
-    if isinstance(case.answer, Raised) and not case.answer.message.startswith("NotImplementedError"):
-        for rule in case.spec.errors:
-            if re.search(rule.match, case.answer.message) and (rule.when is None or rule.when(case.call)):
-                raise CheckFailed(rule.diagnosis.format(error=case.answer.message, what=case.what))
-    value(case.answer, case.spec.function)
+    """A raised error or non-data answer, named once for every exercise: the first of the
+    spec's rules that applies to the error (on any call), else ``<name> raised <error>``,
+    where the name is the call (``Spec.by_call``) or the function. Returns for data."""
+    answer, spec = case.answer, case.spec
+    name = case.called if spec.by_call else spec.function
+    if isinstance(answer, Raised) and not answer.message.startswith(NOT_ANSWERED):
+        message = answer.message.rstrip(".")
+        for rule in spec.errors:
+            if re.search(rule.match, message) and (rule.when is None or rule.when(case.call)):
+                raise CheckFailed(rule.diagnosis.format(error=message, what=case.called,
+                                                        detail=message.split(": ", 1)[-1]))
+        raise CheckFailed(f"{name} raised {message}")
+    value(answer, name)
 
 
 def _same(case: Case, answer: object, wrong: object, nan: bool = False) -> bool:
@@ -287,30 +465,119 @@ def _same(case: Case, answer: object, wrong: object, nan: bool = False) -> bool:
     return _equal(answer, wrong, case.spec.rtol, case.spec.atol, nan)
 
 
+_COUNTS = {2: "two", 3: "three", 4: "four", 5: "five"}
+
+
+def at_once(diagnoses: Sequence[str]) -> str:
+    """One diagnosis, or several named together: "two mistakes at once: (1) ...; (2) ..."."""
+    if len(diagnoses) == 1:
+        return diagnoses[0]
+    listed = "; ".join(f"({i}) {d}" for i, d in enumerate(diagnoses, 1))
+    return f"{_COUNTS.get(len(diagnoses), len(diagnoses))} mistakes at once: {listed}"
+
+
 def catalogued(case: Case, answer: object) -> str | None:
     """The diagnosis of the catalogued mistake, or pair of knob settings, that explains the
-    (prepared) ``answer`` to this call; None if none does.
+    (prepared) ``answer`` to this call, or what the probes find; None if nothing does.
 
     A mistake explains the answer when it gives the learner's answer to this call; of
     several (a scalar answer can coincide), the one that also gives the learner's other
-    answers wins, and two knobs at once are tried before settling for a partial match.
+    answers wins. Then the probes are read: knob settings they find that explain every
+    graded answer (with one more knob, if need be) are named. Then two knobs at once are
+    tried, then what the probes found even if it explains only part, then a partial match.
     """
     matched = [m for m, wrong in case.mistaken() if _same(case, answer, wrong)]
     for mistake in matched:
-        if case.consistent(mistake.implementation):
+        if case.consistent(mistake.implementation, mistake.name):
             return mistake.diagnosis
+    found = case.findings()
+    if found.wrong and found.complete:
+        return found.wrong
     paired = []
     for name, implementation, both in case.spec.pairs():
-        with _quiet():
-            wrong = case.spec.run(implementation, [case.call])[0]
-        if _same(case, answer, wrong):
-            if case.consistent(implementation):
-                return "two mistakes at once: (1) {}; (2) {}".format(*both)
+        if _same(case, answer, case.answer_of(name, implementation)):
+            if case.consistent(implementation, name):
+                return at_once(both)
             paired.append(both)
+    if found.wrong:
+        return found.wrong
     if matched:
         return matched[0].diagnosis
     if paired:
-        return "two mistakes at once: (1) {}; (2) {}".format(*paired[0])
+        return at_once(paired[0])
+    return None
+
+
+def _read(case: Case, probe: Probe, calls: tuple, answers: tuple) -> tuple[dict | None, tuple[str, ...]]:
+    """One probe's reading: (the knob settings whose answers are the learner's, their wrong
+    settings' diagnoses), or (None, what ``describe`` says, if anything)."""
+    spec = case.spec
+    if not any(isinstance(a, (Raised, Unsupported)) for a in answers):
+        for name, settings, diagnoses in spec.combinations(probe):
+            implementation = spec.implementation(settings)
+            if all(_agrees(spec, call, given, _answer_of(spec, case.seed, (probe.name, i), name, implementation,
+                                                           call))
+                   for i, (call, given) in enumerate(zip(calls, answers))):
+                return settings, diagnoses
+    if probe.describe is not None:
+        with _quiet():
+            said = probe.describe(list(answers), list(calls))
+        if said:
+            return None, (said,)
+    return None, ()
+
+
+def _read_probes(case: Case) -> Findings:
+    """Every probe's reading, combined: the wrong settings found (confirmed, or completed by
+    one more wrong setting, on every graded answer) and what the describers say; else the
+    notes of the probes that found their part right."""
+    spec, settings, wrong, right, described = case.spec, {}, [], [], False
+    for probe in spec.probes:
+        calls = tuple(c for p, c, _ in case.probed if p is probe)
+        answers = tuple(a for p, _, a in case.probed if p is probe)
+        if not calls:
+            continue
+        found, said = _read(case, probe, calls, answers)
+        if found == {}:
+            if probe.right:
+                right.append(probe.right)
+        elif found:
+            settings.update(found)
+        else:
+            described = described or bool(said)
+        wrong.extend(d for d in said if d not in wrong)
+    if not wrong:
+        return Findings(right=tuple(right))
+    if settings and not described:  # (knob settings only: confirm them on the graded answers)
+        extra = _complete(case, settings)
+        if extra is None:
+            return Findings(f"{at_once(wrong)}. Something else differs as well: fix this first, then check again")
+        return Findings(at_once(wrong + extra), complete=True)
+    return Findings(at_once(wrong))
+
+
+def _complete(case: Case, settings: dict) -> list[str] | None:
+    """The learner's graded answers given by ``settings`` alone ([]), or with one more wrong
+    setting of a knob the probes did not read ([its diagnosis]); None if neither gives them."""
+    answer = case.answer
+    if case.spec.prepare is not None:
+        try:
+            answer = case.spec.prepare(answer, case.call, case.what)
+        except CheckFailed:
+            return None
+
+    def gives(more: dict) -> bool:
+        name = "+".join(f"{k}={v!r}" for k, v in sorted(more.items(), key=str))
+        implementation = case.spec.variant(**more)
+        return _same(case, answer, case.answer_of(name, implementation)) and case.consistent(implementation, name)
+
+    if gives(settings):
+        return []
+    for knob in case.spec.knobs:
+        if knob.name not in settings:
+            for setting, diagnosis in knob.wrong:
+                if gives({**settings, knob.name: setting}):
+                    return [diagnosis]
     return None
 
 
@@ -321,9 +588,10 @@ def judge_case(case: Case) -> None:
     through the spec's error rules). Otherwise, in order: a raised error or non-data
     (the spec's error rules first); ``prepare``; right within tolerance; the catalogued
     mistake whose answer to this call is the learner's (preferring one that gives the
-    learner's other answers too); two knobs set wrong at once; for a tuple answer, the first part (in ``order``) that differs; a
-    wrong shape; NaN or infinity where the reference is finite; the first hint that
-    applies; otherwise "wrong values".
+    learner's other answers too); two knobs set wrong at once; what the probes find; for
+    a tuple answer, the first part (in ``order``) that differs; a wrong shape; NaN or
+    infinity where the reference is finite; the first hint that applies; otherwise "wrong
+    values", with what the probes found right.
     """
     spec = case.spec
     if case.call.raises:
@@ -354,7 +622,8 @@ def judge_case(case: Case) -> None:
 
 
 def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part: int | None) -> None:
-    """A wrong array that no catalogued mistake explains: shape, NaN, hints, else values."""
+    """A wrong array that no catalogued mistake explains: shape, NaN, hints, else values
+    (with what the probes found right)."""
     expected = np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         raise CheckFailed(f"{what} has shape {got.shape}; expected {expected.shape}")
@@ -363,7 +632,9 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
             raise CheckFailed(f"{what}: {hint.message}")
     if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
         raise CheckFailed(f"{what} contains NaN or infinity where every value should be finite")
-    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values")
+    right = case.findings().right
+    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values"
+                      + "".join(f"; {note}" for note in right))
 
 
 _REGISTRY: dict[str, Spec] = {}
@@ -414,54 +685,64 @@ def public_seed(exercise_id: str) -> int:
 
 
 def questions(exercise_id: str, seed: int) -> list[Call]:
-    """The exercise's calls drawn from ``seed`` (the same seed, the same inputs); each
-    call's ``.call()`` is the ``(args, kwargs)`` that enter the kernel."""
-    return list(_drawn(exercise_id, seed)[0])
+    """The exercise's calls drawn from ``seed`` (the same seed, the same inputs): the graded
+    calls, then the probes' (diagnostic, never scored). Each call's ``.call()`` is the
+    ``(args, kwargs)`` that enter the kernel."""
+    calls, _, probing = _drawn(exercise_id, seed)
+    return list(calls) + [call for _, call in probing]
 
 
 @functools.lru_cache(maxsize=512)
-def _drawn(exercise_id: str, seed: int) -> tuple[tuple[Call, ...], tuple[object, ...]]:
-    """A spec's calls for ``seed`` and the reference's answers to them (computed once)."""
+def _drawn(exercise_id: str, seed: int) -> tuple[tuple[Call, ...], tuple[object, ...], tuple[tuple[int, Call], ...]]:
+    """A spec's graded calls for ``seed``, the reference's answers to them (computed once),
+    and the probes' calls (probe index, call), drawn after the graded ones."""
     spec = get(exercise_id)
-    calls = tuple(spec.inputs(np.random.default_rng(seed)))
+    rng = np.random.default_rng(seed)
+    calls = tuple(spec.inputs(rng))
+    probing = tuple((i, call) for i, p in enumerate(spec.probes) for call in p.calls(rng))
     with _quiet():
         expected = spec.run(spec.reference, calls)
     for call, answer in zip(calls, expected):
         promised = call.raises and isinstance(answer, Raised) and answer.message.startswith(call.raises)
         if isinstance(answer, (Raised, Unsupported)) and not promised:
             raise RuntimeError(f"{exercise_id}: the reference fails on {call.what or call.args}: {answer}")
-    return calls, tuple(expected)
+    return calls, tuple(expected), probing
 
 
 def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> str | None:
     """Judge decoded ``answers`` to the questions of ``seed``: None if right, else the diagnosis.
 
-    ``answers`` is None when the kernel handed back nothing for this exercise.
+    ``answers`` is None when the kernel handed back nothing for this exercise. Only the
+    graded calls' answers decide; the probes' answers are read to locate a mistake.
     """
-    asked = questions(exercise_id, seed)
+    spec = get(exercise_id)
+    calls, expected, probing = _drawn(exercise_id, seed)
     if answers is None:
         return "no answer reached the grader: the test cell did not finish"
-    if answers and all(isinstance(a, Raised) and a.message.startswith("NotImplementedError") for a in answers):
-        return f"{get(exercise_id).function}: not answered yet, it still raises NotImplementedError"
-    if len(answers) != len(asked):
-        return f"the grader asked {len(asked)} questions and received {len(answers)} answers"
-    spec = get(exercise_id)
-    calls, expected = _drawn(exercise_id, seed)
+    graded = answers[:len(calls)]
+    if graded and all(isinstance(a, Raised) and a.message.startswith(NOT_ANSWERED) for a in graded):
+        return f"{spec.function}: not answered yet, it still raises NotImplementedError"
+    if len(answers) != len(calls) + len(probing):
+        return f"the grader asked {len(calls) + len(probing)} questions and received {len(answers)} answers"
+    probed = tuple((spec.probes[i], call, a) for (i, call), a in zip(probing, answers[len(calls):]))
     try:
         with _quiet():
-            for i, (call, given, right) in enumerate(zip(calls, answers, expected)):
-                others = tuple((c, a) for j, (c, a) in enumerate(zip(calls, answers)) if j != i)
-                (spec.judge or judge_case)(Case(spec, call, given, right, others=others))
+            for i, (call, given, right) in enumerate(zip(calls, graded, expected)):
+                others = tuple((j, c, a) for j, (c, a) in enumerate(zip(calls, graded)) if j != i)
+                case = Case(spec, call, given, right, others=others, seed=seed, index=i, probed=probed)
+                if spec.by_call and not call.raises:
+                    _explain_raised(case)
+                (spec.judge or judge_case)(case)
     except CheckFailed as error:
         return str(error)
     return None
 
 
 def answers_of(exercise_id: str, fn: object, seed: int) -> list[object]:
-    """``fn``'s decoded answers to the questions of ``seed``, as grading collects them
-    (in this process: no kernel, no sandbox)."""
-    payload = probe.collect(exercise_id, fn, [q.call() for q in questions(exercise_id, seed)],
-                            get(exercise_id).driver)
+    """``fn``'s decoded answers to the questions of ``seed`` (graded and diagnostic), as grading
+    collects them (in this process: no kernel, no sandbox)."""
+    with _one_thread():
+        payload = collect(exercise_id, fn, [q.call() for q in questions(exercise_id, seed)], get(exercise_id).driver)
     return decode_payload(payload, exercise_id)
 
 
@@ -504,9 +785,9 @@ def check(exercise_id: str, fn: object) -> None:
 def value(answer: object, name: str) -> object:
     """The answer as data, or a diagnosis when the function raised or returned non-data."""
     if isinstance(answer, Raised):
-        if answer.message.startswith("NotImplementedError"):
+        if answer.message.startswith(NOT_ANSWERED):
             raise CheckFailed(f"{name}: not answered yet, it still raises NotImplementedError")
-        raise CheckFailed(f"{name} raised {answer.message}")
+        raise CheckFailed(f"{name} raised {answer.message.rstrip('.')}")
     if isinstance(answer, Unsupported) and answer.kind == "a NoneType":
         raise CheckFailed(f"{name} returns nothing (None): is a `return` missing?")
     if isinstance(answer, Unsupported):

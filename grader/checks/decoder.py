@@ -24,8 +24,9 @@ import torch.nn.functional as F
 
 from coursekit.drivers.decoder import LAYER_PARAMS
 
-from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, judge_case, to_array, value
-from .encoder import _no_residual, _outside, _raising, _sqrt
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Spec, _equal, catalogued, judge_case,
+                    to_array, value)
+from .encoder import _connection, _constant_sublayers, _no_residual, _outside, _sqrt, _sublayer_knobs
 from .reference import decoder as ref
 from .reference import encoder as ref_encoder
 
@@ -218,6 +219,15 @@ def _perturbed_inputs(rng, y, memory, keep, position):
     return [y, y_future, y, y], [memory, memory, mem_real, mem_pad]
 
 
+def _layer_call(params, norm_first, ys, mems, tgt_mask, keep, masks, d_model=12, heads=3, d_ff=20) -> Call:
+    """A call of the layer driver: the layer built with dropout 0.5, loaded with ``params``
+    (LAYER_PARAMS order), run on each (y, memory) pair."""
+    what = (f"DecoderLayer(d_model={d_model}, heads={heads}, d_ff={d_ff}, norm_first={norm_first}) on y "
+            f"{ys[0].shape}, memory {mems[0].shape}, {masks}" + (", a memory padding mask (2, 6)" if keep is not None else ""))
+    return Call((d_model, heads, d_ff, 0.5, norm_first) + tuple(params) + (np.stack(ys), np.stack(mems), tgt_mask, keep),
+                what=what)
+
+
 def _layer_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
     d_model, heads, d_ff, batch, tgt_len, src_len = 12, 3, 20, 2, 5, 6
@@ -237,12 +247,13 @@ def _layer_inputs(rng: np.random.Generator) -> list[Call]:
         ys, mems = _perturbed_inputs(rng, y, memory, keep, position)
         masks = {"causal": "a causal tgt_mask (5, 5)", "combined": "a causal + padding tgt_mask (2, 5, 5)",
                  None: "no masks"}[mask_kind]
-        what = (f"DecoderLayer(d_model={d_model}, heads={heads}, d_ff={d_ff}, norm_first={norm_first}) on y "
-                f"{y.shape}, memory {memory.shape}, {masks}" + (", a memory padding mask (2, 6)" if padded else ""))
-        args = (d_model, heads, d_ff, 0.5, norm_first) + tuple(p[n] for n in LAYER_PARAMS) + (
-            np.stack(ys), np.stack(mems), tgt_mask, keep)
-        calls.append(Call(args, what=what))
+        calls.append(_layer_call([p[n] for n in LAYER_PARAMS], norm_first, ys, mems, tgt_mask, keep, masks))
     return calls
+
+
+def _constant_call(rng: np.random.Generator, norm_first: bool, params: list) -> Call:
+    return _layer_call(params, norm_first, [rng.normal(size=(2, 5, 12))], [rng.normal(size=(2, 6, 12))], None, None,
+                       "no masks")
 
 
 NAN_HINT = ("it contains NaN: a row of a mask hides every key. Is a mask inverted? This course's masks mean "
@@ -271,18 +282,21 @@ def _by_output(case: Case, outs: tuple, notes: tuple[str, ...], hints, pick=lamb
     """Judge each output of a several-input call on its own (judge_case), as the output of
     ``case.what`` on input i; ``hints(i)`` for output i, ``pick`` the entries compared."""
     expected = _outputs(case.expected, case.what, case.spec.function)
+    spec = replace(case.spec, judge=None, prepare=None, atol=atol or case.spec.atol)
+    if all(_equal(pick(i, outs[i]), pick(i, expected[i]), spec.rtol, spec.atol) for i in range(len(notes))):
+        return  # (right: no mistake need run)
     wrong = []
     for mistake, answer in case.mistaken():
         try:
             wrong.append((mistake, _outputs(answer, case.what, case.spec.function)))
         except CheckFailed:
             continue
-    spec = replace(case.spec, judge=None, prepare=None, atol=atol or case.spec.atol)
     for i, note in enumerate(notes):
         what = f"the output of {case.what}" + (f" on another input ({note})" if note else "")
         one = replace(spec, hints=hints(i))
         judge_case(Case(one, replace(case.call, what=what), pick(i, outs[i]), pick(i, expected[i]),
-                        [(m, pick(i, w[i])) for m, w in wrong if len(w) > i]))
+                        [(m, pick(i, w[i])) for m, w in wrong if len(w) > i],
+                        _found=case.findings() if i == 0 else None))
 
 
 def _layer_judge(case: Case) -> None:
@@ -297,6 +311,10 @@ def _layer_judge(case: Case) -> None:
     base = outs[0]
     if base.shape == case.expected[0].shape and not np.all(np.isfinite(base)):
         raise CheckFailed(f"the output of {case.what}: {NAN_HINT}")
+    if not _equal(case.answer, case.expected, case.spec.rtol, case.spec.atol):
+        found = catalogued(case, case.answer)  # the whole answer: one mistake, two knobs, what the probes find
+        if found:
+            raise CheckFailed(f"the output of {case.what}: {found}")
 
     def leak(g, call):
         return (t_mask is not None and position is not None
@@ -324,6 +342,25 @@ def _decoder_layer(**methods):
 
 def _arranged(connection):
     return _decoder_layer(connect=lambda self, x, s, n: connection(x, s, n, self.norm_first))
+
+
+_SUBLAYERS = ("self", "cross", "ffn")
+
+
+def _layer_variant(**connections):
+    """DecoderLayer with each sublayer's residual and norm as the spec's knobs
+    (``<sublayer>_residual``, ``<sublayer>_norm``: "once", "missing" or "twice")."""
+
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        mask, ignored = self.self_mask(tgt_mask), self.memory_ignored(memory_padding_mask)
+        sublayers = (lambda x: self.attend(x, mask), lambda x: self.cross(x, memory, ignored), self.ffn)
+        x = y
+        for name, sublayer, norm in zip(_SUBLAYERS, sublayers, self.norms()):
+            x = _connection(x, sublayer, norm, self.norm_first, connections.get(f"{name}_residual", "once"),
+                            connections.get(f"{name}_norm", "once"))
+        return x
+
+    return _decoder_layer(forward=forward)
 
 
 def _layer_raised(signature: str) -> tuple[Raises, ...]:
@@ -384,7 +421,8 @@ DECODER_LAYER = Spec(
     inputs=_layer_inputs,
     reference=ref.DecoderLayer,
     driver="decoder.decoder_layer",
-    judge=_raising(judge=_layer_judge),
+    judge=_layer_judge,
+    by_call=True,
     mistakes=(
         Mistake("cross_from_decoder", "cross-attention takes its keys and values from the decoder: in multihead_attn "
                 "the queries come from the decoder (x) and the keys and values from the encoder's output, memory",
@@ -414,6 +452,18 @@ DECODER_LAYER = Spec(
         Mistake("memory_mask_inverted", "memory_padding_mask is used the wrong way round: it is True at real tokens, "
                 "torch's key_padding_mask is True at padding, so pass ~memory_padding_mask",
                 _decoder_layer(memory_ignored=lambda self, m: m)),
+    ),
+    variant=_layer_variant,
+    knobs=_sublayer_knobs({"self": ("masked self-attention", "norm1", "attention"),
+                           "cross": ("cross-attention", "norm2", "cross"), "ffn": ("feed-forward", "norm3", "FFN")}),
+    # How the residual connections and norms are arranged, whatever a sublayer computes.
+    probes=(
+        Probe("connections", _constant_sublayers(lambda rng: _layer_params(rng, 12, 20), LAYER_PARAMS,
+                                                 ("self_attn.out_proj.bias", "multihead_attn.out_proj.bias",
+                                                  "linear2.bias"), _constant_call),
+              reads=tuple(f"{s}_{part}" for s in _SUBLAYERS for part in ("residual", "norm")),
+              right="the residual connections and norms are right (asked with sublayers that output constants): "
+                    "the mistake is inside a sublayer, one of the attentions or the feed-forward network"),
     ),
     errors=_layer_raised("the grader calls forward(y, memory, tgt_mask=..., memory_padding_mask=...) with these "
                          "names"),
@@ -533,7 +583,8 @@ DECODER = Spec(
     inputs=_stack_inputs,
     reference=ref.Decoder,
     driver="decoder.decoder_stack",
-    judge=_raising(judge=_stack_judge),
+    judge=_stack_judge,
+    by_call=True,
     atol=1e-4,
     mistakes=(
         Mistake("unscaled", "the embeddings are not multiplied by sqrt(d_model) (Sec. 3.4): embed(tgt_in) * "

@@ -15,7 +15,6 @@ token and one padding token (so that an inverted mask never masks a whole row).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import numpy as np
@@ -24,47 +23,19 @@ import torch.nn.functional as F
 
 from coursekit.drivers.encoder import LAYER_KEYS
 
-from ._core import (Call, Case, CheckFailed, Knob, Mistake, Raised, Raises, Spec, Unsupported, judge_case, to_array,
-                    value)
+from ._core import Call, CheckFailed, Knob, Mistake, Probe, Raises, Spec, to_array
+from ._probes import activation_shape
 from .reference import encoder as ref
 
 STACK_ATOL = 1e-4  # deep stacks in float32 (exercise-standard.md)
-_OUTPUT = "the output of "
+_OUTPUT = "the output of {}"  # a module's answer is its output; an error is raised by the call
 
 
-def _named(what: str) -> str:
-    return what.removeprefix(_OUTPUT)
-
-
-def _raising(told: tuple[tuple[str, str], ...] = (), judge=judge_case, by_call: bool = False):
-    """A judge hook: a raised error by ``told``, (pattern, template) pairs whose template
-    quotes the driver's own sentence as ``{detail}``, else by the spec's rules (``{error}``
-    without its final period, ``{what}`` the call, not its output); else ``judge``.
-    ``by_call``: non-data and a NotImplementedError are named by the call, not the function."""
-
-    def judged(case: Case) -> None:
-        answer = case.answer
-        if by_call and (isinstance(answer, Unsupported) or isinstance(answer, Raised)
-                        and answer.message.startswith("NotImplementedError")):
-            value(answer, case.what)
-        if isinstance(answer, Raised) and not answer.message.startswith("NotImplementedError"):
-            message, what = answer.message.rstrip("."), _named(case.what)
-            for pattern, template in told:
-                if re.search(pattern, message):
-                    raise CheckFailed(template.format(what=what, detail=message.split(": ", 1)[-1]))
-            for rule in case.spec.errors:
-                if re.search(rule.match, message):
-                    raise CheckFailed(rule.diagnosis.format(error=message, what=what))
-            raise CheckFailed(f"{what} raised {message}")
-        judge(case)
-
-    return judged
-
-
-_NUMPY = ("returns a numpy array for a torch tensor input",
-          "{what} returns a numpy array for torch tensor inputs: in this notebook everything is PyTorch. "
-          "Use tensor operations (x.mean, x.var, torch.relu, @) and no np. functions")
-_NUMPY_SAID = _NUMPY[1].removeprefix("{what} ")
+def _numpy_rule(example) -> Raises:
+    """The driver's error for a numpy answer to tensor inputs, in this notebook's words."""
+    return Raises("{what} returns a numpy array for torch tensor inputs: in this notebook everything is PyTorch. "
+                  "Use tensor operations (x.mean, x.var, torch.relu, @) and no np. functions",
+                  example=example, match="returns a numpy array for a torch tensor input")
 
 
 # ---------------------------------------------------------------- layer_norm
@@ -143,13 +114,11 @@ LAYER_NORM = Spec(
                 lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, dim=0)),
     ),
     errors=(
+        _numpy_rule(lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),
         Raises("{what} raised {error}: the signature is layer_norm(x, gamma, beta, eps=1e-5)",
                example=lambda x, g, b: ref.layer_norm(x, g, b), match="unexpected keyword argument 'eps'"),
     ),
-    judge=_raising((_NUMPY,), by_call=True),
-    diagnosed=(
-        Mistake("numpy", _NUMPY_SAID, lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),
-    ),
+    by_call=True,
 )
 
 
@@ -157,10 +126,11 @@ LAYER_NORM = Spec(
 
 def _feed_forward_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
-    for shape, d_ff in [((2, 5, 6), 10), ((3, 4), 9), ((2, 3, 4, 7), 5)]:
+    # the last question's hidden layer reaches far beyond 6 (a spread of about 20), where ReLU6 and ReLU part
+    for shape, d_ff, spread in [((2, 5, 6), 10, 1.0), ((3, 4), 9, 1.0), ((2, 3, 4, 7), 5, 1.0), ((3, 5), 8, 20.0)]:
         d = shape[-1]
         x = rng.normal(size=shape)
-        W1 = rng.normal(scale=1 / np.sqrt(d), size=(d_ff, d))
+        W1 = rng.normal(scale=spread / np.sqrt(d), size=(d_ff, d))
         b1 = rng.normal(scale=0.5, size=d_ff)
         W2 = rng.normal(scale=1 / np.sqrt(d_ff), size=(d, d_ff))
         b2 = rng.normal(scale=0.5, size=d)
@@ -169,15 +139,73 @@ def _feed_forward_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
-_ACTIVATIONS = {"relu": torch.relu, "none": lambda h: h, "gelu": F.gelu,
-                "gelu_tanh": lambda h: F.gelu(h, approximate="tanh"), "tanh": torch.tanh,
-                "sigmoid": torch.sigmoid, "silu": F.silu, "leaky_relu": F.leaky_relu}
+_RELU = "the paper's FFN uses ReLU, max(0, x): torch.relu"
+
+# The activations a learner may put between the two layers, and what each is. The knob tries
+# the first ones on the graded calls (alone, and with a bias missing); the probe, whose answer
+# is the activation itself, tells all of them apart, and describes any other one.
+_ACTIVATIONS = {
+    "relu": (torch.relu, ""),
+    "none": (lambda h: h, "the ReLU is missing: FFN(x) = max(0, x W1^T + b1) W2^T + b2, the ReLU between the two "
+                          "layers"),
+    "gelu": (F.gelu, f"it applies GELU (x Phi(x), the activation of BERT and GPT) between the layers; {_RELU}"),
+    "gelu_tanh": (lambda h: F.gelu(h, approximate="tanh"),
+                  f"it applies the tanh approximation of GELU (GPT-2's); {_RELU}"),
+    "tanh": (torch.tanh, f"it applies tanh between the layers; {_RELU}"),
+    "sigmoid": (torch.sigmoid, f"it applies a sigmoid between the layers; {_RELU}"),
+    "silu": (F.silu, f"it applies SiLU (swish, x sigmoid(x)) between the layers; {_RELU}"),
+    "leaky_relu": (F.leaky_relu, "it applies a leaky ReLU (slope 0.01 below 0); the paper's ReLU is exactly 0 for "
+                                 "negative inputs: torch.relu"),
+    # (tried by the probe only)
+    "quick_gelu": (lambda h: h * torch.sigmoid(1.702 * h),
+                   f"it applies the sigmoid approximation of GELU, x sigmoid(1.702 x); {_RELU}"),
+    "elu": (F.elu, f"it applies ELU (x above 0, exp(x) - 1 below) between the layers; {_RELU}"),
+    "selu": (F.selu, f"it applies SELU (a scaled ELU) between the layers; {_RELU}"),
+    "softplus": (F.softplus, f"it applies softplus, log(1 + exp(x)), a smooth ReLU that is never 0; {_RELU}"),
+    "mish": (F.mish, f"it applies Mish, x tanh(softplus(x)), between the layers; {_RELU}"),
+    "relu6": (F.relu6, f"it applies ReLU6, min(max(0, x), 6), which clips large values at 6; {_RELU}"),
+    "hardtanh": (F.hardtanh, f"it applies hardtanh, which clips to [-1, 1]; {_RELU}"),
+    "hardswish": (F.hardswish, f"it applies hard swish, x relu6(x + 3) / 6; {_RELU}"),
+    "hardsigmoid": (F.hardsigmoid, f"it applies a hard sigmoid, relu6(x + 3) / 6; {_RELU}"),
+    "softsign": (F.softsign, f"it applies softsign, x / (1 + |x|); {_RELU}"),
+    "logsigmoid": (F.logsigmoid, f"it applies log(sigmoid(x)); {_RELU}"),
+    "squared_relu": (lambda h: torch.relu(h) ** 2, f"it applies the square of ReLU, max(0, x)^2; {_RELU}"),
+    "abs": (torch.abs, f"it applies |x|, which keeps negative inputs (as positive values); {_RELU}"),
+    "prelu": (lambda h: F.leaky_relu(h, 0.25), "it applies a leaky ReLU with slope 0.25 below 0 (PReLU's initial "
+                                               "slope); the paper's ReLU is exactly 0 for negative inputs: torch.relu"),
+}
+# (the names a description uses: "the closest is ELU")
+_LABELS = {
+    "relu": "ReLU",
+    "none": "no activation",
+    "gelu": "GELU",
+    "gelu_tanh": "the tanh approximation of GELU",
+    "tanh": "tanh",
+    "sigmoid": "a sigmoid",
+    "silu": "SiLU",
+    "leaky_relu": "a leaky ReLU",
+    "quick_gelu": "the sigmoid approximation of GELU",
+    "elu": "ELU",
+    "selu": "SELU",
+    "softplus": "softplus",
+    "mish": "Mish",
+    "relu6": "ReLU6",
+    "hardtanh": "hardtanh",
+    "hardswish": "hard swish",
+    "hardsigmoid": "a hard sigmoid",
+    "softsign": "softsign",
+    "logsigmoid": "log sigmoid",
+    "squared_relu": "squared ReLU",
+    "abs": "|x|",
+    "prelu": "a leaky ReLU of slope 0.25",
+}
+_KNOB_ACTIVATIONS = ("none", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu", "leaky_relu")
 
 
 def _feed_forward_variant(activation="relu", biases="both"):
     """feed_forward with another activation between the layers, or without ``biases`` (the
     ones kept: "both", "b1", "b2", "neither")."""
-    act = _ACTIVATIONS[activation]
+    act = _ACTIVATIONS[activation][0]
 
     def feed_forward(x, W1, b1, W2, b2):
         b1 = b1 if biases in ("both", "b1") else 0 * b1
@@ -185,6 +213,16 @@ def _feed_forward_variant(activation="relu", biases="both"):
         return act(x @ W1.T + b1) @ W2.T + b2
 
     return feed_forward
+
+
+def _activation_region(rng: np.random.Generator) -> list[Call]:
+    """One call whose answer is the activation itself: identity weights (d_ff = d_model = 11),
+    zero biases, x spread over [-8, 8] (where ReLU6 clips, sigmoid and tanh saturate, ELU
+    and softplus part from ReLU), 0 among them."""
+    grid = np.concatenate([np.linspace(-8, -3.2, 20), np.linspace(-3, 3, 25), np.linspace(3.2, 8, 21)])
+    x = (grid + rng.uniform(-0.02, 0.02, size=grid.size) * (grid != 0)).reshape(6, 11)
+    eye, zero = np.eye(11), np.zeros(11)
+    return [Call((x, eye, zero, eye, zero), what="feed_forward(x, I, 0, I, 0) on a known activation region")]
 
 
 FEED_FORWARD = Spec(
@@ -197,25 +235,30 @@ FEED_FORWARD = Spec(
     # two wrong at once (GELU and no b1) are named together.
     variant=_feed_forward_variant,
     knobs=(
-        Knob("activation", (
-            ("none", "the ReLU is missing: FFN(x) = max(0, x W1^T + b1) W2^T + b2, the ReLU between the two "
-                     "layers"),
-            ("gelu", "it applies GELU (x Phi(x), the activation of BERT and GPT) between the layers; the paper's "
-                     "FFN uses ReLU, max(0, x): torch.relu"),
-            ("gelu_tanh", "it applies the tanh approximation of GELU (GPT-2's); the paper's FFN uses ReLU, "
-                          "max(0, x): torch.relu"),
-            ("tanh", "it applies tanh between the layers; the paper's FFN uses ReLU, max(0, x): torch.relu"),
-            ("sigmoid", "it applies a sigmoid between the layers; the paper's FFN uses ReLU, max(0, x): torch.relu"),
-            ("silu", "it applies SiLU (swish, x sigmoid(x)) between the layers; the paper's FFN uses ReLU, "
-                     "max(0, x): torch.relu"),
-            ("leaky_relu", "it applies a leaky ReLU (slope 0.01 below 0); the paper's ReLU is exactly 0 for "
-                           "negative inputs: torch.relu"),
-        )),
+        Knob("activation", tuple((name, _ACTIVATIONS[name][1]) for name in _KNOB_ACTIVATIONS)),
         Knob("biases", (
             ("b2", "the bias b1 of the first layer is missing"),
             ("b1", "the bias b2 of the second layer is missing"),
             ("neither", "both biases are missing: x W1^T + b1, then ... W2^T + b2"),
         )),
+    ),
+    # Which activation, whatever else is wrong: on a known region, with identity weights and
+    # zero biases, the answer is the activation itself.
+    probes=(
+        Probe("activation", _activation_region, reads=("activation",),
+              extra=(Knob("activation", tuple((name, diagnosis) for name, (_, diagnosis) in _ACTIVATIONS.items()
+                                              if name not in _KNOB_ACTIVATIONS + ("relu",))),),
+              describe=activation_shape(lambda call: call.args[0],
+                                        {_LABELS[name]: lambda x, f=f: f(torch.from_numpy(x)).numpy()
+                                         for name, (f, _) in _ACTIVATIONS.items()},
+                                        asked="ReLU", fix="Use ReLU, max(0, x): torch.relu"),
+              right="the activation between the layers is ReLU, as asked: look at the weights' layout, the biases "
+                    "and where the ReLU is applied",
+              examples=(
+                  Mistake("hand_written_gelu", "the activation between the layers is not ReLU: it is negative for "
+                          "large negative inputs", lambda x, W1, b1, W2, b2: (lambda h: 0.5 * h * (
+                              1 + torch.tanh(0.8 * (h + 0.1 * h ** 2))))(x @ W1.T + b1) @ W2.T + b2),
+              )),
     ),
     mistakes=(
         Mistake("relu_after", "the ReLU is applied after the second layer instead of between the two: the output "
@@ -226,16 +269,19 @@ FEED_FORWARD = Spec(
                 lambda x, W1, b1, W2, b2: torch.relu(ref.feed_forward(x, W1, b1, W2, b2))),
     ),
     errors=(
+        _numpy_rule(lambda x, W1, b1, W2, b2: ref.feed_forward(x, W1, b1, W2, b2).numpy()),
         Raises("{what} raised {error}. The weights use nn.Linear's layout, (out_features, in_features): W1 is "
                "(d_ff, d_model), so the first layer is x @ W1.T + b1 (or F.linear(x, W1, b1)), not x @ W1",
                example=lambda x, W1, b1, W2, b2: torch.relu(x @ W1 + b1) @ W2 + b2,
                match="cannot be multiplied|mismatch in its core dimension|size mismatch|"
                      "Expected size for first two dimensions|must match the size"),
+        Raises("{what} raised {error}: the layers act on the last axis whatever the axes before it are (a token, a "
+               "sentence, a batch): x @ W1.T + b1 works for any of them, and so does einsum with '...d,fd->...f'",
+               example=lambda x, W1, b1, W2, b2: torch.einsum("bsf,df->bsd", torch.relu(
+                   torch.einsum("bsd,fd->bsf", x, W1) + b1), W2) + b2,
+               match="number of subscripts in the equation"),
     ),
-    judge=_raising((_NUMPY,), by_call=True),
-    diagnosed=(
-        Mistake("numpy", _NUMPY_SAID, lambda x, W1, b1, W2, b2: ref.feed_forward(x, W1, b1, W2, b2).numpy()),
-    ),
+    by_call=True,
 )
 
 
@@ -329,7 +375,7 @@ SUBLAYER_CONNECTION = Spec(
                example=lambda x, s, n, norm_first: ref.sublayer_connection(x, s, n, norm_first),
                match="missing 1 required positional argument: 'norm_first'"),
     ),
-    judge=_raising(by_call=True),
+    by_call=True,
 )
 
 
@@ -359,28 +405,30 @@ def _padding(rng, batch, seq_len) -> np.ndarray:
     return np.arange(seq_len)[None, :] < lengths[:, None]
 
 
+def _layer_call(rng, norm_first, params, masked=False, d_model=12, heads=3, d_ff=20, batch=2, seq_len=5) -> Call:
+    x = _rows(rng, (batch, seq_len, d_model))
+    keep = _padding(rng, batch, seq_len) if masked else None
+    what = (f"EncoderLayer(d_model={d_model}, heads={heads}, d_ff={d_ff}, dropout=0.5, norm_first={norm_first}) "
+            f"in eval mode, on x {x.shape}" + (f" with a padding mask {keep.shape}" if masked else ", no mask"))
+    return Call((d_model, heads, d_ff, norm_first) + tuple(params) + (x, keep), what=what)
+
+
 def _layer_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
-    d_model, heads, d_ff, batch, seq_len = 12, 3, 20, 2, 5
     for norm_first, masked in [(False, False), (False, True), (True, True), (True, False)]:
-        p = _layer_params(rng, d_model, d_ff)
-        x = _rows(rng, (batch, seq_len, d_model))
-        keep = _padding(rng, batch, seq_len) if masked else None
-        what = (f"EncoderLayer(d_model={d_model}, heads={heads}, d_ff={d_ff}, dropout=0.5, norm_first={norm_first}) "
-                f"in eval mode, on x {x.shape}" + (f" with a padding mask {keep.shape}" if masked else ", no mask"))
-        args = (d_model, heads, d_ff, norm_first) + tuple(p[k] for k in LAYER_KEYS) + (x, keep)
-        calls.append(Call(args, what=_OUTPUT + what))
+        p = _layer_params(rng, 12, 20)
+        calls.append(_layer_call(rng, norm_first, [p[k] for k in LAYER_KEYS], masked))
     return calls
 
 
 def _two_calls(answer: object, call: Call, what: str) -> np.ndarray:
     """The first of the two eval-mode outputs; a diagnosis if they differ (dropout left on)."""
     if not isinstance(answer, tuple) or len(answer) != 2:
-        raise CheckFailed(f"{_named(what)}: the grader could not read your module's output back; forward should "
+        raise CheckFailed(f"{call.what}: the grader could not read your module's output back; forward should "
                           "return one tensor (batch, seq_len, d_model)")
     first, second = (to_array(g, what) for g in answer)
     if first.shape == second.shape and not np.allclose(first, second, rtol=0, atol=1e-6):
-        raise CheckFailed(f"{_named(what)}: two calls in eval mode gave different outputs, so dropout is still on "
+        raise CheckFailed(f"{call.what}: two calls in eval mode gave different outputs, so dropout is still on "
                           "after .eval(). Use nn.Dropout modules (they switch off in eval mode), or pass "
                           "training=self.training to F.dropout")
     return first
@@ -394,6 +442,77 @@ def _layer(**methods):
 def _connected(connection):
     """A layer whose sublayer connections are ``connection(x, sublayer, norm, norm_first)``."""
     return _layer(connect=lambda self, x, s, n: connection(x, s, n, self.norm_first))
+
+
+def _connection(x, sublayer, norm, norm_first, residual="once", normed="once"):
+    """sublayer_connection with its residual or its norm "missing", or written inside the
+    sublayer as well as around it ("twice": the sublayer adds its own input back, or
+    normalizes its own output)."""
+    inner = sublayer
+    if residual == "twice":
+        inner = lambda t, s=inner: t + s(t)  # noqa: E731
+    if normed == "twice":
+        inner = lambda t, s=inner: norm(s(t))  # noqa: E731
+    around = (lambda t: t) if normed == "missing" else norm
+    if norm_first:
+        h = inner(around(x))
+        return h if residual == "missing" else x + h
+    h = inner(x)
+    return around(h if residual == "missing" else x + h)
+
+
+_MASKS = {"right": ref.EncoderLayer.ignored, "inverted": lambda self, m: m, "ignored": lambda self, m: None}
+_ARRANGED = {"right": lambda norm_first: norm_first, "post": lambda norm_first: False,
+             "swapped": lambda norm_first: not norm_first}
+
+
+def _layer_variant(mask="right", arrangement="right", attention_residual="once", attention_norm="once",
+                   ffn_residual="once", ffn_norm="once"):
+    """EncoderLayer with the spec's knobs: the padding mask, the arrangement (norm_first), and
+    each sublayer's residual and norm (missing, or inside the sublayer as well as around it)."""
+
+    def forward(self, x, padding_mask=None):
+        ignore, first_norm = _MASKS[mask](self, padding_mask), _ARRANGED[arrangement](self.norm_first)
+        first, second = self.norms()
+        x = _connection(x, lambda t: self.attend(t, ignore), first, first_norm, attention_residual, attention_norm)
+        return _connection(x, self.ffn, second, first_norm, ffn_residual, ffn_norm)
+
+    return _layer(forward=forward)
+
+
+def _sublayer_knobs(sublayers: dict[str, tuple[str, str, str]]) -> tuple[Knob, ...]:
+    """A residual knob and a norm knob per sublayer (``name: (its words, its norm, its symbol)``)."""
+    knobs = []
+    for name, (words, norm, symbol) in sublayers.items():
+        knobs.append(Knob(f"{name}_residual", (
+            ("missing", f"there is no residual connection around the {words} sublayer: add its input back "
+                        f"(sublayer_connection does it for every sublayer)"),
+            ("twice", f"the {words} sublayer adds its own residual and sublayer_connection adds x again "
+                      f"(x + (x + {symbol}(x))): the residual belongs to sublayer_connection only"),
+        )))
+        knobs.append(Knob(f"{name}_norm", (
+            ("missing", f"the {words} sublayer's norm ({norm}) is missing: sublayer_connection applies it, once"),
+            ("twice", f"the {words} sublayer normalizes its own output and sublayer_connection normalizes again: "
+                      f"the norm belongs to sublayer_connection only ({norm}, once)"),
+        )))
+    return tuple(knobs)
+
+
+def _constant_sublayers(layer_params, keys, biases, build):
+    """Probe calls where every sublayer outputs a constant vector whatever its code does
+    (zero weights, a bias on its output only, ``biases``): the output then shows only how
+    the residual connections and norms are arranged. Post-norm and pre-norm, no masks."""
+    def calls(rng: np.random.Generator) -> list[Call]:
+        asked = []
+        for norm_first in (False, True):
+            p = layer_params(rng)
+            for name, value in p.items():
+                if not name.startswith("norm"):
+                    p[name] = value if name in biases else np.zeros_like(value)
+            asked.append(replace(build(rng, norm_first, [p[k] for k in keys]),
+                                 what="a layer whose sublayers output constants"))
+        return asked
+    return calls
 
 
 class _AlwaysDropping(ref.EncoderLayer):
@@ -431,8 +550,8 @@ class _NotAModule:
         pass
 
 
-_MODULE_TOLD = (("is not a torch.nn.Module|it should be a class", "{what}: {detail}"),)
 _MODULE_ERRORS = (
+    Raises("{what}: {detail}", example=_NotAModule, match="is not a torch.nn.Module|it should be a class"),
     Raises("{what}: the grader could not load torch's weights into your module: {error}", example=_Renamed,
            match="has no parameter|should have shape|has parameters that|share their parameters"),
     Raises("{what} raised {error}: keep the constructor's signature from the docstring", example=_Old,
@@ -461,19 +580,24 @@ ENCODER_LAYER = Spec(
     driver="encoder.drive_encoder_layer",
     prepare=_two_calls,
     atol=STACK_ATOL,
-    # (the mask mistakes change nothing on the questions without a padding mask)
+    variant=_layer_variant,
+    knobs=(
+        Knob("mask", (
+            ("inverted", "the padding mask is inverted: this course's padding_mask says True = real token, "
+                         "PyTorch's key_padding_mask says True = IGNORE; pass key_padding_mask=~padding_mask"),
+            ("ignored", "the padding mask is ignored: pass key_padding_mask=~padding_mask to self.self_attn"),
+        )),
+        Knob("arrangement", (
+            ("post", "it computes the post-norm arrangement; with norm_first=True it is pre-norm, x + sublayer(norm(x)): "
+                     "check how norm_first reaches your sublayer connections"),
+            ("swapped", "it computes the pre-norm arrangement; with norm_first=False it is post-norm, norm(x + "
+                        "sublayer(x)): check how norm_first reaches your sublayer connections"),
+        )),
+        *_sublayer_knobs({"attention": ("self-attention", "norm1", "attention"),
+                          "ffn": ("feed-forward", "norm2", "FFN")}),
+    ),
+    # (the mask knob changes nothing on the questions without a padding mask)
     mistakes=(
-        Mistake("mask_inverted", "the padding mask is inverted: this course's padding_mask says True = real token, "
-                "PyTorch's key_padding_mask says True = IGNORE; pass key_padding_mask=~padding_mask",
-                _layer(ignored=lambda self, m: m)),
-        Mistake("mask_ignored", "the padding mask is ignored: pass key_padding_mask=~padding_mask to self.self_attn",
-                _layer(ignored=lambda self, m: None)),
-        Mistake("norm_first_lost", "it computes the post-norm arrangement; with norm_first=True it is pre-norm, "
-                "x + sublayer(norm(x)): check how norm_first reaches your sublayer connections",
-                _connected(lambda x, s, n, norm_first: ref.sublayer_connection(x, s, n))),
-        Mistake("arrangement_swapped", "it computes the pre-norm arrangement; with norm_first=False it is post-norm, "
-                "norm(x + sublayer(x)): check how norm_first reaches your sublayer connections",
-                _connected(lambda x, s, n, norm_first: ref.sublayer_connection(x, s, n, not norm_first))),
         Mistake("no_relu", "the ReLU of the feed-forward sublayer is missing: linear2(relu(linear1(x)))",
                 _layer(ffn=lambda self, t: self.dropout(self.linear2(self.linear1(t))))),
         Mistake("norms_swapped", "norm1 and norm2 are swapped: norm1 belongs to the self-attention sublayer, norm2 "
@@ -486,20 +610,18 @@ ENCODER_LAYER = Spec(
                 "path carries x itself", _connected(lambda x, s, n, norm_first: _normed(x, s, n))),
         Mistake("outside", "the norm is applied to the sublayer's output before the residual, x + norm(sublayer(x))",
                 _connected(_outside)),
-        # A residual or norm written inside a sublayer as well as around it (sublayer_connection):
-        Mistake("ffn_residual", "the feed-forward sublayer adds its own residual and sublayer_connection adds x "
-                "again (x + (x + FFN(x))): the residual belongs to sublayer_connection only, the sublayer returns "
-                "linear2(relu(linear1(x)))",
-                _layer(ffn=lambda self, t: t + ref.EncoderLayer.ffn(self, t))),
-        Mistake("attention_residual", "the self-attention sublayer adds its own residual and sublayer_connection "
-                "adds x again (x + (x + attention(x))): the residual belongs to sublayer_connection only",
-                _layer(attend=lambda self, t, ignore: t + ref.EncoderLayer.attend(self, t, ignore))),
-        Mistake("ffn_norm", "the feed-forward sublayer normalizes its own output and sublayer_connection "
-                "normalizes again: the norm belongs to sublayer_connection only (norm2, once)",
-                _layer(ffn=lambda self, t: self.norm2(ref.EncoderLayer.ffn(self, t)))),
+    ),
+    # How the residual connections and norms are arranged, whatever a sublayer computes.
+    probes=(
+        Probe("connections", _constant_sublayers(lambda rng: _layer_params(rng, 12, 20), LAYER_KEYS,
+                                                 ("self_attn.out_proj.bias", "linear2.bias"), _layer_call),
+              reads=("arrangement", "attention_residual", "attention_norm", "ffn_residual", "ffn_norm"), most=3,
+              right="the residual connections and norms are right (asked with sublayers that output constants): "
+                    "the mistake is inside a sublayer, the self-attention or the feed-forward network"),
     ),
     errors=_MODULE_ERRORS,
-    judge=_raising(_MODULE_TOLD),
+    by_call=True,
+    output=_OUTPUT,
     diagnosed=_MODULE_DIAGNOSED + (
         Mistake("dropout_on", "two calls in eval mode gave different outputs, so dropout is still on after .eval()",
                 _AlwaysDropping),
@@ -523,7 +645,7 @@ def _encoder_inputs(rng: np.random.Generator) -> list[Call]:
                 f"max_len={max_len}, pad_id={pad_id}, dropout=0.5) in eval mode, on src {src.shape} with padding")
         keys = ["embed.weight"] + [f"layers.{i}.{k}" for i in range(n_layers) for k in LAYER_KEYS]
         args = (vocab, d_model, heads, d_ff, n_layers, max_len, pad_id) + tuple(p[k] for k in keys) + (src,)
-        calls.append(Call(args, what=_OUTPUT + what))
+        calls.append(Call(args, what=what))
     return calls
 
 
@@ -584,9 +706,10 @@ ENCODER = Spec(
                 _encoder(stack=lambda self: [self.layers[0]] * len(self.layers))),
     ),
     # the layer's rules, each shown by an Encoder: of that layer, or (the signature) its own
-    errors=tuple(replace(rule, example=_OldEncoder if rule.example is _Old else _encoder(layer=rule.example))
-                 for rule in _MODULE_ERRORS),
-    judge=_raising(_MODULE_TOLD),
+    errors=tuple(replace(rule, example={_Old: _OldEncoder, _NotAModule: _NotAModule}.get(
+        rule.example, _encoder(layer=rule.example))) for rule in _MODULE_ERRORS),
+    by_call=True,
+    output=_OUTPUT,
     diagnosed=_MODULE_DIAGNOSED[1:] + (
         Mistake("shared_layers", "some layers share their parameters (the same module object appears twice",
                 _SharedLayers),

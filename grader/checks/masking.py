@@ -17,7 +17,6 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, close, judge_case, to_array
-from ._named import by_call
 from .reference import masking as ref
 from .reference.softmax import stable_softmax
 
@@ -76,7 +75,7 @@ PADDING_MASK_FROM_LENGTHS = Spec(
     inputs=_lengths_inputs,
     reference=ref.padding_mask_from_lengths,
     prepare=_mask_values,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("inverted", INVERTED, lambda lengths, max_len: _positions(max_len) >= lengths[:, None]),
         Mistake("one_too_many", "one True too many in each row (lengths off by one): a sequence of length n "
@@ -139,7 +138,7 @@ PADDING_MASK_FROM_IDS = Spec(
     inputs=_ids_inputs,
     reference=ref.padding_mask_from_ids,
     prepare=_mask_values,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("inverted", INVERTED + ": token_ids != pad_id", lambda ids, pad_id: ids == pad_id),
         Mistake("zero_is_padding", "it treats token id 0 as padding; the padding token is pad_id, which need not "
@@ -170,7 +169,7 @@ CAUSAL_MASK = Spec(
     inputs=_causal_inputs,
     reference=ref.causal_mask,
     prepare=_mask_values,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("strict", "it masks the diagonal (off by one on the diagonal, a strict triangle): every token may "
                 "attend to itself, so keep j <= i: np.tril(..., k=0)", lambda size: np.tril(_ones(size), k=-1)),

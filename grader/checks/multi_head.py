@@ -23,7 +23,10 @@ from torch import nn
 
 from coursekit.protocol import Raised, Unsupported
 
-from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, close, judge_case, to_array, value
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, _equal, catalogued, close,
+                    judge_case, to_array, value)
+from ._probes import sums_to_one
+from .softmax import OVER_KEYS
 from .reference import multi_head as ref
 
 D_MODEL, HEADS, BATCH, Q_LEN, K_LEN = 12, 3, 2, 5, 6
@@ -222,6 +225,29 @@ def _mha(scale=lambda d_k, d_model: math.sqrt(d_k), split=ref.split_heads, merge
     return MultiHeadAttention
 
 
+_SCALES = {"sqrt_d_k": {}, "sqrt_d_model": {"scale": lambda d_k, d_model: math.sqrt(d_model)},
+           "none": {"scale": lambda d_k, d_model: 1.0}, "d_k": {"scale": lambda d_k, d_model: float(d_k)}}
+_SPLITS = {"right": {}, "no_transpose": {"split": _SPLIT_NO_TRANSPOSE}, "interleaved": {"split": _SPLIT_INTERLEAVED}}
+_MASKINGS = {"right": {}, "inverted": {"invert": True}, "ignored": {"use_mask": False}, "fill_0": {"fill": 0.0},
+             "after_softmax": {"after_softmax": True}}
+_MERGES = {"right": {}, "no_transpose": {"merge": _MERGE_NO_TRANSPOSE}, "interleaved": {"merge": _MERGE_INTERLEAVED},
+           "reversed": {"merge": _MERGE_REVERSED}}
+
+
+def _mha_variant(scale="sqrt_d_k", split="right", masking="right", merge="right", w_o=True):
+    """MultiHeadAttention with the spec's knobs: the scale, split_heads, the mask, merge_heads, W_o."""
+    return _mha(**_SCALES[scale], **_SPLITS[split], **_MASKINGS[masking], **_MERGES[merge], w_o=w_o)
+
+
+def _unmasked(rng: np.random.Generator) -> list[Call]:
+    """Which axis the weights sum to one over: cross-attention without a mask, sizes distinct."""
+    p = _weights(rng, D_MODEL)
+    args = (D_MODEL, HEADS) + tuple(p[f"{kind}_{n}"] for n in "qkvo" for kind in ("W", "b")) + (
+        rng.normal(size=(BATCH, Q_LEN, D_MODEL)), rng.normal(size=(BATCH, K_LEN, D_MODEL)),
+        rng.normal(size=(BATCH, K_LEN, D_MODEL)), None)
+    return [Call(args, what="MultiHeadAttention on distinct sizes, no mask")]
+
+
 def _weights(rng: np.random.Generator, d_model: int) -> dict:
     scale = 1.0 / np.sqrt(d_model)
     p = {}
@@ -290,8 +316,6 @@ def _judge_module(case: Case) -> None:
     if case.call.raises:
         _bad_heads(case, "in __init__")
         return
-    if isinstance(case.answer, Raised):
-        case = replace(case, answer=Raised(case.answer.message.rstrip(".")))
     got = case.answer
     if isinstance(got, tuple) and len(got) == 2:
         parts = [to_array(a, case.what) for a in got]
@@ -303,6 +327,10 @@ def _judge_module(case: Case) -> None:
             raise CheckFailed(f"the weights of {case.what} are averaged over the heads, {parts[1].shape}: return "
                               "each head's weights, (batch, heads, q_len, k_len); torch's "
                               "MultiheadAttention averages them only when asked (average_attn_weights)")
+        if not _equal(got, case.expected, case.spec.rtol, case.spec.atol):
+            found = catalogued(case, got)  # the whole answer: one mistake, two knobs, what the probes find
+            if found:
+                case.fail(found)
         for i in (1, 0):
             if close(parts[i], (output, weights)[i]):
                 continue
@@ -353,43 +381,55 @@ MULTI_HEAD_ATTENTION = Spec(
     judge=_judge_module,
     parts=PARTS,
     order=(1, 0),
-    # Query and key (or value) fed from each other's inputs raise on cross-attention (q_len 5,
-    # k_len 6) and are right on self-attention: the error rule names them, no value can.
+    variant=_mha_variant,
+    knobs=(
+        Knob("scale", (
+            ("sqrt_d_model", "it divides the scores by sqrt(d_model); each head's scores are divided by sqrt(d_k), "
+                             "d_k = d_model / heads"),
+            ("none", "it does not scale the scores: divide them by sqrt(d_k)"),
+            ("d_k", "it divides the scores by d_k; divide by sqrt(d_k)"),
+        )),
+        Knob("split", (
+            ("no_transpose", "it splits the heads with a reshape straight to (batch, heads, seq_len, d_k), no "
+                             "transpose, which mixes tokens between heads: reshape to (batch, seq_len, heads, d_k), "
+                             "then .transpose(1, 2) (your split_heads)"),
+            ("interleaved", "head j gets the columns j, j + heads, ...: split d_model as (heads, d_k), head j owning "
+                            "d_k consecutive columns"),
+        )),
+        Knob("masking", (
+            ("inverted", "the mask is inverted: in this course True means the query may attend to the key "
+                         "(torch.nn.MultiheadAttention's masks mean the opposite); fill the scores where the mask is "
+                         "False"),
+            ("ignored", "it ignores the mask: fill the scores where the mask is False with -inf before the softmax"),
+            ("fill_0", "it sets the masked scores to 0; set them to -inf (e^0 = 1 keeps their weight)"),
+            ("after_softmax", "it masks after the softmax: fill the scores with -inf before the softmax; don't zero "
+                              "the weights after it (the rows no longer sum to 1)"),
+        )),
+        Knob("merge", (
+            ("no_transpose", "it concatenates the heads with a reshape of (batch, heads, q_len, d_k) straight to "
+                             "(batch, q_len, d_model), no transpose, which mixes tokens: .transpose(1, 2) first "
+                             "(your merge_heads)"),
+            ("interleaved", "the heads are interleaved when concatenated: .transpose(1, 2) only, then reshape (your "
+                            "merge_heads)"),
+            ("reversed", "it concatenates the heads in reverse order"),
+        )),
+        Knob("w_o", ((False, "the output skips W_o: after concatenating the heads, apply the output projection "
+                             "W_o"),)),
+    ),
+    # (query and key, or value, fed from each other's inputs raise on cross-attention (q_len 5,
+    # k_len 6) and are right on self-attention: the error rule names them, no value can)
     mistakes=(
-        Mistake("sqrt_d_model", "it divides the scores by sqrt(d_model); each head's scores are divided by "
-                "sqrt(d_k), d_k = d_model / heads", _mha(scale=lambda d_k, d_model: math.sqrt(d_model))),
-        Mistake("unscaled", "it does not scale the scores: divide them by sqrt(d_k)", _mha(scale=lambda d_k, d: 1.0)),
-        Mistake("d_k", "it divides the scores by d_k; divide by sqrt(d_k)", _mha(scale=lambda d_k, d: float(d_k))),
-        Mistake("split_no_transpose", "it splits the heads with a reshape straight to (batch, heads, seq_len, d_k), "
-                "no transpose, which mixes tokens between heads: reshape to (batch, seq_len, heads, d_k), then "
-                ".transpose(1, 2) (your split_heads)", _mha(split=_SPLIT_NO_TRANSPOSE)),
-        Mistake("split_interleaved", "head j gets the columns j, j + heads, ...: split d_model as (heads, d_k), "
-                "head j owning d_k consecutive columns", _mha(split=_SPLIT_INTERLEAVED)),
-        Mistake("inverted_mask", "the mask is inverted: in this course True means the query may attend to the key "
-                "(torch.nn.MultiheadAttention's masks mean the opposite); fill the scores where the mask is False",
-                _mha(invert=True)),
-        Mistake("ignores_mask", "it ignores the mask: fill the scores where the mask is False with -inf before "
-                "the softmax", _mha(use_mask=False)),
-        Mistake("fill_zero", "it sets the masked scores to 0; set them to -inf (e^0 = 1 keeps their weight)",
-                _mha(fill=0.0)),
-        Mistake("after_softmax", "it masks after the softmax: fill the scores with -inf before the softmax; don't "
-                "zero the weights after it (the rows no longer sum to 1)", _mha(after_softmax=True)),
         Mistake("inputs_qvk", "the query, key and value projections are applied to the wrong inputs: W_k to key, "
                 "W_v to value (key and value are swapped)", _mha(inputs="qvk")),
         Mistake("w_k_w_v_swapped", "W_k and W_v are swapped: keys come from W_k, values from W_v",
                 _mha(projections="qvk")),
         Mistake("w_q_w_k_swapped", "W_q and W_k are swapped: queries come from W_q, keys from W_k",
                 _mha(projections="kqv")),
-        Mistake("no_w_o", "the output skips W_o: after concatenating the heads, apply the output projection W_o",
-                _mha(w_o=False)),
-        Mistake("merge_no_transpose", "it concatenates the heads with a reshape of (batch, heads, q_len, d_k) "
-                "straight to (batch, q_len, d_model), no transpose, which mixes tokens: .transpose(1, 2) first "
-                "(your merge_heads)", _mha(merge=_MERGE_NO_TRANSPOSE)),
-        Mistake("merge_interleaved", "the heads are interleaved when concatenated: .transpose(1, 2) only, then "
-                "reshape (your merge_heads)", _mha(merge=_MERGE_INTERLEAVED)),
-        Mistake("merge_reversed", "it concatenates the heads in reverse order", _mha(merge=_MERGE_REVERSED)),
         Mistake("values_from_key", "the values come from the key input: V = W_v(value)", _mha(inputs="qkk")),
     ),
+    # which axes the weights sum to one over, whatever else is wrong
+    probes=(Probe("axis", _unmasked, describe=sums_to_one({4: ("batch", "heads", "query", "key")}, want=(-1,), part=1,
+                                                          fix=OVER_KEYS)),),
     errors=(
         *(Raises(f"{{what}} raised {{error}}. The mask {shape} has no heads axis: give it one, mask.unsqueeze(1) "
                  "-> (batch, 1, q_len or 1, k_len), so that it broadcasts over the heads of the scores "
@@ -418,8 +458,7 @@ MULTI_HEAD_ATTENTION = Spec(
                example=_NoSizes),
     ),
     hints=(
-        Hint("each query's weights over the keys should sum to 1: softmax over the last axis",
-             lambda w, call: bool(np.all(np.isfinite(w))) and not np.allclose(w.sum(-1), 1.0, atol=1e-4),
+        Hint(OVER_KEYS, lambda w, call: bool(np.all(np.isfinite(w))) and not np.allclose(w.sum(-1), 1.0, atol=1e-4),
              example=_mha(softmax_dim=-2), part=1),
     ),
     diagnosed=(
@@ -435,6 +474,8 @@ MULTI_HEAD_ATTENTION = Spec(
 
 LINEARS = ("W_q", "W_k", "W_v", "W_o")
 ROLES = ("query", "key", "value")
+# What the learner's loader did to a parameter it never wrote (it keeps nn.Linear's initial values)
+UNWRITTEN = "load_torch_weights never writes it, so it keeps the layer's initial values"
 
 
 def _loader(order=(0, 1, 2), transpose=False, biases=True, out_proj=True, returns=True):
@@ -494,10 +535,11 @@ def _judge_layers(case: Case) -> None:
         else:
             want_w, want_b = chunks[role], bias_chunks[role]
             source_w, source_b = f"the {role} rows of in_proj_weight", f"the {role} part of in_proj_bias"
-        w_wrong = [(f"it is still all zeros: nothing was copied from {source_w}", np.zeros_like(want_w)),
+        # (the driver's module starts at zero, a value no copy gives: zero means never written)
+        w_wrong = [(f"{UNWRITTEN}: nothing was copied from {source_w}", np.zeros_like(want_w)),
                    (f"it holds the transpose of {source_w}: nn.Linear and in_proj_weight both store "
                     "(out_features, in_features), copy without .T", want_w.T)]
-        b_wrong = [(f"it is still all zeros: nothing was copied from {source_b} (copy the biases too)",
+        b_wrong = [(f"{UNWRITTEN}: nothing was copied from {source_b} (copy the biases too)",
                     np.zeros_like(want_b))]
         for other in ROLES if role != "out" else ():
             if other != role:
@@ -513,7 +555,7 @@ def _judge_layers(case: Case) -> None:
 
 def _judge_loaded(case: Case) -> None:
     if isinstance(case.answer, Raised):
-        judge_case(replace(case, answer=Raised(case.answer.message.rstrip("."))))
+        judge_case(case)
     got = value(case.answer, case.spec.function)
     if not isinstance(got, tuple) or len(got) != 9:
         raise CheckFailed(f"{case.what}: the grader could not read the module's layers back")
@@ -563,11 +605,11 @@ LOAD_TORCH_WEIGHTS = Spec(
         Mistake("transposed", "module.W_q.weight: it holds the transpose of the query rows of in_proj_weight: "
                 "nn.Linear and in_proj_weight both store (out_features, in_features), copy without .T",
                 _loader(transpose=True)),
-        Mistake("no_biases", "module.W_q.bias: it is still all zeros: nothing was copied from the query part of "
+        Mistake("no_biases", f"module.W_q.bias: {UNWRITTEN}: nothing was copied from the query part of "
                 "in_proj_bias (copy the biases too)", _loader(biases=False)),
-        Mistake("no_out_proj", "module.W_o.weight: it is still all zeros: nothing was copied from out_proj.weight",
+        Mistake("no_out_proj", f"module.W_o.weight: {UNWRITTEN}: nothing was copied from out_proj.weight",
                 _loader(out_proj=False)),
-        Mistake("nothing", "module.W_q.weight: it is still all zeros: nothing was copied from the query rows of "
+        Mistake("nothing", f"module.W_q.weight: {UNWRITTEN}: nothing was copied from the query rows of "
                 "in_proj_weight", lambda module, torch_mha: module),
         Mistake("no_return", "the weights are right, but load_torch_weights should return the module it loaded "
                 "into (`return module`), as the docstring says", _loader(returns=False)),

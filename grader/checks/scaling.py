@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _describe, _equal, judge_case
-from ._named import by_call
 from .reference import scaling as ref
 from .reference.similarity import dot_product, score_matrix
 from .reference.softmax import stable_softmax
@@ -36,7 +35,7 @@ DOT_VARIANCE = Spec(
     function="dot_variance",
     inputs=_variance_inputs,
     reference=ref.dot_variance,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("sample_variance", "it is the sample variance (ddof=1, what torch.var and Tensor.var compute by "
                 "default); the docstring asks for the population variance, ddof=0: np.var(s) or "
@@ -278,7 +277,7 @@ SELF_ATTENTION_WEIGHTS = Spec(
     depends=("scaling-scaled_scores",),  # its solution calls them
     inputs=_embedding_inputs,
     reference=ref.self_attention_weights,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("sqrt_d_model", "it divides by sqrt(d_model), the width of the embeddings x (x.shape[-1] or "
                 "w_q.shape[0]); the dot products are taken between queries and keys of width d_k = "

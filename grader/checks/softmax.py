@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 
-from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, _equal, catalogued,
-                    judge_case)
-from ._named import by_call
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, _equal,
+                    catalogued, judge_case)
+from ._probes import sums_to_one
 from .reference import softmax as ref
 from .reference.softmax import stable_softmax
 
@@ -97,8 +98,7 @@ def _large(call: Call) -> bool:
 def _judge_loosely_when_large(case: Case) -> None:
     """judge_case with float32-sized tolerances on the questions with scores around 1000."""
     if _large(case.call):
-        case = Case(dataclasses.replace(case.spec, rtol=LARGE_RTOL, atol=LARGE_ATOL),
-                    case.call, case.answer, case.expected, case._mistaken)
+        case = dataclasses.replace(case, spec=dataclasses.replace(case.spec, rtol=LARGE_RTOL, atol=LARGE_ATOL))
     judge_case(case)
 
 
@@ -176,7 +176,8 @@ STABLE_SOFTMAX = Spec(
     function="stable_softmax",
     inputs=_softmax_inputs,
     reference=ref.stable_softmax,
-    judge=by_call(_judge_softmax),
+    judge=_judge_softmax,
+    by_call=True,
     mistakes=(
         Mistake("every_entry", "it normalizes over every entry at once; the values along the softmax axis "
                 "should sum to 1: sum along axis with keepdims=True",
@@ -278,7 +279,8 @@ SOFTMAX_WITH_TEMPERATURE = Spec(
     depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_temperature_inputs,
     reference=ref.softmax_with_temperature,
-    judge=by_call(_judge_temperature),
+    judge=_judge_temperature,
+    by_call=True,
     mistakes=(
         Mistake("multiplies", "it multiplies the scores by the temperature; divide them: softmax(scores / T), "
                 "so that a low temperature sharpens the weights", _checked(lambda s, t: stable_softmax(s * t))),
@@ -353,6 +355,17 @@ def _attention_inputs(rng: np.random.Generator) -> list[Call]:
     q[..., 0] = k[..., 0] = np.sqrt(1000.0 * np.sqrt(6))
     ask(q, k, v, None, "keyword", ", scaled scores around 1000")
     return calls
+
+
+def _unmasked(rng: np.random.Generator) -> list[Call]:
+    """Which axis the weights sum to one over, on shapes with every size distinct: (batch 2,
+    heads 3, q_len 4, k_len 5) and, without heads, (2, 4, 5); no mask."""
+    return [Call((rng.normal(size=lead + (4, 6)), rng.normal(size=lead + (5, 6)), rng.normal(size=lead + (5, 7))),
+                 what="scaled_dot_product_attention on distinct sizes, no mask") for lead in [(2, 3), (2,)]]
+
+
+ATTENTION_AXES = {4: ("batch", "heads", "query", "key"), 3: ("batch", "query", "key")}
+OVER_KEYS = "each query's weights over the keys should sum to 1: softmax over the last axis"
 
 
 def _mask_of(call: Call) -> np.ndarray | None:
@@ -488,6 +501,18 @@ _MASKING = {"before_softmax": {}, "ignored": {"use_mask": False}, "inverted": {"
             "fill_0": {"fill": 0.0}}
 
 
+def _implicit_softmax(query, key, value, mask=None):
+    """torch's softmax without dim: it picks dim 1 for 4-D scores and dim 0 for 3-D ones."""
+    import torch
+    scores = torch.as_tensor(query) @ torch.as_tensor(key).transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~torch.as_tensor(mask), float("-inf"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        weights = torch.nn.functional.softmax(scores)
+    return weights @ torch.as_tensor(value), weights
+
+
 def _attention_variant(scale="sqrt_d_k", axis=-1, masking="before_softmax"):
     """Attention with its three choices (the spec's knobs): how the scores are scaled, the
     softmax's axis, how the mask is applied."""
@@ -511,6 +536,11 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
         Knob("masking", (("ignored", 'it ignores the mask: fill the scores where the mask is False with -inf (or a large negative number) before the softmax'), ("inverted", 'the mask is inverted: True means the query may attend to the key; fill the scores where the mask is False (np.where(mask, scores, -np.inf))'),
                          ("fill_0", 'it sets the masked scores to 0, but exp(0) = 1 still gives those keys weight: fill them with -inf (or a large negative number such as -1e9)'))),
     ),
+    # which axes the weights sum to one over, whatever else is wrong (a scale, a mask)
+    probes=(Probe("axis", _unmasked, describe=sums_to_one(ATTENTION_AXES, want=(-1,), part=1, fix=OVER_KEYS),
+                  examples=(Mistake("implicit_dim", "the weights sum to 1 over the heads axis of (batch, heads, query, "
+                                    "key) weights and over the batch axis of (batch, query, key) weights",
+                                    _implicit_softmax),)),),
     mistakes=(
         Mistake("mask_after", "it masks after the softmax, so the rows no longer sum to 1: fill the scores with "
                 "-inf before the softmax", _attention(after="mask")),

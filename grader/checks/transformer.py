@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, Unsupported, _explain_raised,
+from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Probe, Raised, Raises, Spec, Unsupported, _explain_raised,
                     close, judge_case, to_array, value)
 from .reference import transformer as ref
 
@@ -313,6 +313,18 @@ def _loss_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
+def _loss_probe(rng: np.random.Generator, smoothing: float) -> list[Call]:
+    """Logits that are log-probabilities, and counts of real tokens per sentence that tell every
+    reduction apart: (6, 3, 1) of 6 positions, (5, 1, 3, 2) of 5."""
+    calls = []
+    for batch, length, vocab, pad, lengths in [(3, 6, 5, 0, (6, 3, 1)), (4, 5, 6, 2, (5, 1, 3, 2))]:
+        logits = rng.normal(scale=1.5, size=(batch, length, vocab))
+        logits -= np.log(np.exp(logits).sum(-1, keepdims=True))
+        calls.append(Call((logits, _tokens(rng, batch, length, vocab, pad, lengths), pad, smoothing),
+                          what=f"label_smoothed_loss on log-probabilities, smoothing={smoothing}"))
+    return calls
+
+
 def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
     """The loss as a 0-d array; one loss per token, or any other shape, is diagnosed here."""
     arr = to_array(answer, what)
@@ -331,7 +343,10 @@ _LOGS = {"log_softmax": lambda z: F.log_softmax(z, dim=-1), "logits": lambda z: 
 
 def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log="log_softmax", divergence="cross_entropy"):
     """label_smoothed_loss with some of its choices made wrong (the spec's knobs): the target
-    distribution (spread), the positions averaged over, the reduction, what stands for the
+    distribution (spread), the positions averaged over (the real tokens; with ``keep_pads``
+    every position, the true class's mass added to the row (True) or set in it ("scatter",
+    which differs on a padding target's row), or "only" the padding), the reduction (mean, sum, per-sentence mean, the
+    sum over all positions' count or over the batch size), what stands for the
     log-probabilities, and cross-entropy against KL divergence."""
 
     def label_smoothed_loss(logits, target, pad_id, smoothing):
@@ -344,31 +359,28 @@ def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log="log_softmax"
             q[:, pad_id] = 0.0
         if spread == "others":
             q[rows, t] = 1 - smoothing
-        elif spread == "true_only_eps":
-            q[rows, t] += 1
-        else:
-            q[rows, t] += 1 - smoothing
+        elif keep_pads is True:  # (the true class's mass added to the row: a padding target's row holds 1 - eps)
+            q[rows, t] += 1 if spread == "true_only_eps" else 1 - smoothing
+        else:  # (set, as scatter_ does: a padding target's row holds 1 - eps + eps / (V - 1) too)
+            q[rows, t] = smoothing / others + (1 if spread == "true_only_eps" else 1 - smoothing)
         per_token = -(q * log_probs).sum(-1)
         if divergence == "kl":  # KL(q || p) = -H(q) - sum q log p: the cross-entropy less q's entropy
             per_token = per_token + torch.special.xlogy(q, q).sum(-1)
-        kept = torch.ones_like(t, dtype=torch.bool) if keep_pads else t != pad_id
+        every = torch.ones_like(t, dtype=torch.bool)
+        kept = {False: t != pad_id, True: every, "scatter": every, "only": t == pad_id}[keep_pads]
         if reduce == "sentence_mean":
             per_token, kept = per_token.reshape(target.shape), kept.reshape(target.shape)
             return torch.stack([row[k].mean() for row, k in zip(per_token, kept) if k.any()]).mean()
-        per_token = per_token[kept]
-        return per_token.sum() if reduce == "sum" else per_token.mean()
+        total = per_token[kept].sum()
+        return {"mean": total / kept.sum(), "sum": total, "all_count": total / t.numel(),
+                "batch": total / target.shape[0]}[reduce]
 
     return label_smoothed_loss
 
 
-def _pads_kept_scatter(logits, target, pad_id, smoothing):
-    """The reference's scatter_ construction, averaged over every position (pad targets too)."""
-    V = logits.shape[-1]
-    log_probs, t = F.log_softmax(logits, dim=-1).reshape(-1, V), target.reshape(-1)
-    q = torch.full_like(log_probs, smoothing / (V - 1))
-    q[:, pad_id] = 0.0
-    q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
-    return -(q * log_probs).sum(-1).mean()
+def _unpacks_the_shape(logits, target, pad_id, smoothing):
+    batch, length, vocab = logits.shape  # (tokens, V) logits have two axes
+    return ref.label_smoothed_loss(logits, target, pad_id, smoothing)
 
 
 def _scatter_without_axis(logits, target, pad_id, smoothing):
@@ -407,11 +419,19 @@ LABEL_SMOOTHED_LOSS = Spec(
                               "eps / (V - 1)), so the distribution sums to 1"),
         )),
         Knob("keep_pads", ((True, "padding positions are not ignored: average only over the tokens whose target "
-                                  "is not pad_id"),)),
+                                  "is not pad_id"),
+                           ("scatter", "padding positions are not ignored: average only over the tokens whose target "
+                                       "is not pad_id"),
+                           ("only", "it averages over the padding positions only: the mask is inverted; keep the "
+                                    "tokens whose target is not pad_id (target != pad_id)"))),
         Knob("reduce", (
             ("sum", "it sums over the tokens; take the mean over the non-padding tokens"),
             ("sentence_mean", "it averages per sentence, then over sentences; average over all non-padding "
                               "tokens of the batch at once (as F.cross_entropy's 'mean' with ignore_index does)"),
+            ("all_count", "it divides the sum over the non-padding tokens by the number of all positions, padding "
+                          "included: divide by the number of non-padding tokens (their mean)"),
+            ("batch", "it sums over the tokens and divides by the batch size (a loss per sentence, averaged); take "
+                      "the mean over the non-padding tokens"),
         )),
         Knob("log", (
             ("logits", "it uses the logits as log-probabilities: take F.log_softmax(logits, dim=-1) first"),
@@ -422,13 +442,21 @@ LABEL_SMOOTHED_LOSS = Spec(
                                    "is the cross-entropy -sum q log p, which is larger by the entropy of q (the "
                                    "two have the same gradient, but not the same value)"),)),
     ),
-    mistakes=(
-        Mistake("pads_kept_scatter", "padding positions are not ignored: average only over the tokens whose target "
-                "is not pad_id", _pads_kept_scatter),
+    # How the loss is reduced, whatever its target distribution (smoothing 0 makes them all one-hot, and KL
+    # equal to the cross-entropy); then the divergence and the target distribution. Logits that are
+    # already log-probabilities make log_softmax a no-op, so a forgotten one changes nothing there.
+    probes=(
+        Probe("reduction", lambda rng: _loss_probe(rng, 0.0), reads=("keep_pads", "reduce", "log"),
+              right="the loss is averaged over the right tokens"),
+        Probe("divergence", lambda rng: _loss_probe(rng, 0.3), reads=("divergence", "spread", "keep_pads", "reduce"),
+              right="the smoothed target distribution and the cross-entropy are right"),
     ),
     errors=(
         Raises("{what} raised {error}: scatter_/gather need an index with the same number of axes as the tensor, "
                "target.unsqueeze(-1)", match="scatter|gather|Index tensor must have", example=_scatter_without_axis),
+        Raises("{what} raised {error}: logits may be (tokens, V) as well as (batch, seq_len, V). Flatten them, "
+               "logits.reshape(-1, logits.shape[-1]) and target.reshape(-1), instead of unpacking the shape",
+               match="values to unpack", example=_unpacks_the_shape),
         Raises("{what} raised {error}: token ids index: keep target int64 (torch.long)",
                match="expected scalar type Long|must be of type Long|dtype to be Long", example=_float_target),
         Raises("{what} raised {error}", example=lambda logits, target, pad_id, smoothing: logits.log_softmax()),
