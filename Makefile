@@ -28,7 +28,7 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
 	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
-.PHONY: demo test bench tamper-report lab release grade screenshots clean wheel student-env
+.PHONY: demo test test-fast bench tamper-report lab release grade screenshots clean wheel student-env
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -59,6 +59,11 @@ demo: $(STAMP) release
 
 test: $(STAMP) $(HUB_DEPS) student-env
 	$(BIN)/python -m pytest -q
+
+# The edit loop: the tests that stay in this process (no kernel, browser, cluster or hub;
+# the markers are in pyproject.toml), in under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not (kernel or browser or cluster or hub)"
 
 # The student package (coursekit/pyproject.toml): what a learner pip-installs, with no
 # grader, solution or reference in it. setuptools builds in coursekit/build/, which is
