@@ -107,12 +107,22 @@ def test_sample_class_is_a_real_class():
 
 @pytest.mark.parametrize("assignment", course.assignments())
 def test_solution_scores_full_marks_and_runs_without_error(graded_class, assignment):
+    """The solution earns every point, and runs as a learner who solved it sees it run: no
+    error, nothing on stderr, and each figure cell (``<topic>-fig-...``) shows a PNG (the
+    browser test runs one notebook in JupyterLab; `make screenshots` runs them all)."""
     row = graded_class["rows"][("zz_solution", assignment)]
     assert row.status == "graded" and row.score == row.max_score == max_points(assignment), row.diagnoses
     graded = graded_class["out"] / "autograded" / "zz_solution" / assignment / f"{assignment}.ipynb"
+    figures = 0
     for cell in nbformat.read(graded, as_version=4).cells:
-        for output in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        for output in outputs:
             assert output.output_type != "error", f"cell {cell.get('id')}: {output.get('evalue')}"
+            assert output.get("name") != "stderr", f"cell {cell.get('id')} wrote on stderr: {output.get('text')}"
+        if "-fig" in cell.metadata.get("nbgrader", {}).get("grade_id", ""):
+            assert any("image/png" in o.get("data", {}) for o in outputs), f"figure cell {cell.get('id')} shows no PNG"
+            figures += 1
+    assert figures, "no figure cell"
 
 
 @pytest.mark.parametrize("assignment", course.assignments())
