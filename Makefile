@@ -76,7 +76,9 @@ wheel: $(STAMP)
 
 # The clean venv of tests/test_student_package.py and of the course hub's students
 # (tests/test_hub.py), with the wheel, its hub extra and their pinned dependencies
-# installed (cached in out/envs/student-<hash>/; the first build installs torch).
+# installed. Keyed by the wheel's bytes, it is built once per machine, outside the clone
+# (/var/cache/attention-from-scratch/envs as root, or $ATTENTION_COURSE_ENVS; hub/environments.py):
+# a fresh clone reuses it. The first build installs torch.
 student-env: $(STAMP)
 	$(BIN)/python -m hub.environments --extras hub
 
