@@ -12,8 +12,10 @@ by the steps of grading that decide the points:
    ``add_missing_cells`` against a gradebook that holds the assignment: read-only cells
    as the source has them, a deleted test cell restored;
 3. the code cells run in order in one namespace, with ``NBGRADER_EXECUTION`` set as
-   nbgrader sets it, each stopped at the course's cell time limit; an error ends the
-   cell, not the notebook, as in nbgrader. Figure and demonstration cells (grade ids
+   nbgrader sets it; an error ends the cell, not the notebook, as in nbgrader. Time
+   limits are the kernel's business (graded in ``graded_class``: an endless loop in
+   notebook 01); here a cell is only stopped after ``SAFETY_SECONDS``, so that a loop
+   fails its test instead of hanging the suite. Figure and demonstration cells (grade ids
    ``<topic>-fig-...`` and ``<topic>-demo-...``) are not run: they draw and train, and
    no check reads what they make (``tests/test_pipeline.py`` grades the solution and
    release notebooks here too, so a check that needed one would fail there);
@@ -27,9 +29,9 @@ by the steps of grading that decide the points:
 
 The read-only cells that open a notebook (set-up, data: up to its first cell a learner
 writes) are the same for every submission, so they run once per assignment
-(``Opening``); each submission starts from a fresh copy of what they made. The learner's
-code runs in this process, unsandboxed: only the course's own sample submissions are
-judged here, never the tamper corpus.
+(``Opening``: notebook 09's and 10's task data is made once); each submission starts from
+a fresh copy of what they made. The learner's code runs in this process, unsandboxed:
+only the course's own sample submissions are judged here, never the tamper corpus.
 """
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ from grader.verify import seed_for, submission_digest
 
 SECRET = b"the in-process judge's course secret"
 SKIPPED = ("-fig-", "-demo-")  # grade-id parts of the cells not run here (see the module's docs)
+# Far above the course's cell limit (45 s): a slow import on a loaded machine must never be
+# cut short, which would leave the module half-imported in this process.
+SAFETY_SECONDS = 600
 
 
 @dataclass
@@ -82,15 +87,17 @@ class Judged:
 
 
 class TimeLimit(Exception):
-    """A cell ran past the course's cell time limit."""
+    """A cell ran past ``SAFETY_SECONDS``."""
 
 
 class Opening:
     """The namespace made by an assignment's opening read-only cells, run once.
 
-    ``start(cells)`` gives a submission whose opening cells are these the namespace as
-    they leave it, every value but modules, functions and classes a fresh deep copy, and
-    the random generators (Python's, numpy's legacy, torch's) as they left them.
+    ``start()`` gives the next submission that namespace as the cells left it: the same
+    dict (the functions they defined look their globals up there, as in a kernel), every
+    value but a module, function or class a fresh copy, and the random generators
+    (Python's, numpy's legacy, torch's) as they left them. A class the cells defined is
+    shared: a submission that changed one would change it for the next.
     """
 
     def __init__(self, cells: list, run):
@@ -101,7 +108,8 @@ class Opening:
         self.values = dict(self.namespace)
         self.random = _random_state()
 
-    def start(self, namespace: dict) -> None:
+    def start(self) -> dict:
+        namespace = self.namespace
         namespace.clear()
         collecting = gc.isenabled()
         gc.disable()  # a copy makes many objects and no cycles: the collector would run for nothing
@@ -111,6 +119,7 @@ class Opening:
             if collecting:
                 gc.enable()
         _set_random_state(self.random)
+        return namespace
 
 
 def _copied(value):
@@ -178,9 +187,7 @@ class Judge:
     def __init__(self, db_url: str, workspace: Path):
         self.db_url = db_url
         self.workspace = workspace
-        config = course.load_config()
-        self.cell_seconds = float(config.Execute.timeout)
-        self.add_missing_cells = bool(config.OverwriteCells.add_missing_cells)
+        self.add_missing_cells = bool(course.load_config().OverwriteCells.add_missing_cells)
         self.openings: dict[str, Opening] = {}
 
     def grade(self, folder: Path, student_id: str, assignment_id: str) -> Judged:
@@ -213,7 +220,7 @@ class Judge:
                 known = self.openings[assignment_id] = Opening(_opening(self._source_cells(assignment_id)),
                                                                self._run)
             if known.sources == [c.source for c in opening]:
-                known.start(namespace)
+                namespace = known.start()
                 cells = cells[len(opening):]
             for cell in cells:
                 if not self._run(cell, namespace):
@@ -231,7 +238,7 @@ class Judge:
             raise TimeLimit
 
         previous = signal.signal(signal.SIGALRM, stop)
-        signal.setitimer(signal.ITIMER_REAL, self.cell_seconds)
+        signal.setitimer(signal.ITIMER_REAL, SAFETY_SECONDS)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 exec(compile(cell.source, _grade_id(cell) or "<cell>", "exec"), namespace)
@@ -242,7 +249,9 @@ class Judge:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-            sys.modules["matplotlib.pyplot"].close("all") if "matplotlib.pyplot" in sys.modules else None
+            pyplot = sys.modules.get("matplotlib.pyplot")
+            if pyplot is not None:  # figures a cell left open are the kernel's to show, not ours to keep
+                pyplot.close("all")
         return True
 
     def _verdicts(self, nb, answers: dict, note: str, timed_out: list[str]) -> Judged:
