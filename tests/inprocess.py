@@ -15,10 +15,10 @@ by the steps of grading that decide the points:
    nbgrader sets it; an error ends the cell, not the notebook, as in nbgrader. Time
    limits are the kernel's business (graded in ``graded_class``: an endless loop in
    notebook 01); here a cell is only stopped after ``SAFETY_SECONDS``, so that a loop
-   fails its test instead of hanging the suite. Figure and demonstration cells (grade ids
-   ``<topic>-fig-...`` and ``<topic>-demo-...``) are not run: they draw and train, and
-   no check reads what they make (``tests/test_pipeline.py`` grades the solution and
-   release notebooks here too, so a check that needed one would fail there);
+   fails its test instead of hanging the suite. Figure and demonstration cells
+   (``is_drawing``) are not run: they draw and train, and no check reads what they
+   make (``tests/test_pipeline.py`` grades the solution and release notebooks here
+   too, so a check that needed one would fail there);
 4. each hidden ``check("<id>", fn)`` line collects ``fn``'s answers to the questions of
    this student's seed (``grader.verify.seed_for`` of the submission's digest, as
    ``AskQuestions`` draws it) through ``grader.checks.answers_of``, that is
@@ -61,7 +61,6 @@ from grader.stage import BadSubmission, stage
 from grader.verify import seed_for, submission_digest
 
 SECRET = b"the in-process judge's course secret"
-SKIPPED = ("-fig-", "-demo-")  # grade-id parts of the cells not run here (see the module's docs)
 # Far above the course's cell limit (45 s): a slow import on a loaded machine must never be
 # cut short, which would leave the module half-imported in this process.
 SAFETY_SECONDS = 600
@@ -160,6 +159,14 @@ def _grade_id(cell) -> str:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
 
 
+def is_drawing(cell) -> bool:
+    """A figure cell (cell metadata ``{"course": {"exercise": ...}}``, or a grade id
+    ``<topic>-fig-...``) or a demonstration (``<topic>-demo-...``): it draws or trains."""
+    grade_id = _grade_id(cell)
+    return cell.cell_type == "code" and (bool(cell.get("metadata", {}).get("course", {}).get("exercise"))
+                                         or "-fig-" in grade_id or "-demo-" in grade_id)
+
+
 def _max_points(cells: list) -> dict[str, float]:
     """Exercise id -> the points of its test cell, for the test cells among ``cells``."""
     return {course.exercise_id(_grade_id(c)): float(c.metadata.nbgrader["points"]) for c in cells if is_test_cell(c)}
@@ -213,7 +220,7 @@ class Judge:
         timed_out = []
         with _grading(check):
             namespace = _fresh_namespace()
-            cells = [c for c in nb.cells if c.cell_type == "code" and not any(s in _grade_id(c) for s in SKIPPED)]
+            cells = [c for c in nb.cells if c.cell_type == "code" and not is_drawing(c)]
             opening = _opening(cells)
             known = self.openings.get(assignment_id)
             if known is None:
@@ -230,7 +237,7 @@ class Judge:
     def _source_cells(self, assignment_id: str) -> list:
         [notebook] = course.notebook_names(assignment_id)
         nb = nbformat.read(course.SOLUTIONS / assignment_id / f"{notebook}.ipynb", as_version=4)
-        return [c for c in nb.cells if c.cell_type == "code" and not any(s in _grade_id(c) for s in SKIPPED)]
+        return [c for c in nb.cells if c.cell_type == "code" and not is_drawing(c)]
 
     def _run(self, cell, namespace: dict) -> bool:
         """Run one cell; False when it was stopped at the time limit. What it printed is dropped."""
