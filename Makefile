@@ -28,7 +28,7 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
 	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
-.PHONY: demo test bench tamper-report lab release grade screenshots clean wheel student-env
+.PHONY: demo test test-fast bench tamper-report lab release grade screenshots clean wheel student-env
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -60,6 +60,11 @@ demo: $(STAMP) release
 test: $(STAMP) $(HUB_DEPS) student-env
 	$(BIN)/python -m pytest -q
 
+# The edit loop: the tests that stay in this process (no kernel, browser, cluster or hub;
+# the markers are in pyproject.toml), in under a minute.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not (kernel or browser or cluster or hub)"
+
 # The student package (coursekit/pyproject.toml): what a learner pip-installs, with no
 # grader, solution or reference in it. setuptools builds in coursekit/build/, which is
 # removed before (a stale copy would go into the wheel) and after.
@@ -71,7 +76,9 @@ wheel: $(STAMP)
 
 # The clean venv of tests/test_student_package.py and of the course hub's students
 # (tests/test_hub.py), with the wheel, its hub extra and their pinned dependencies
-# installed (cached in out/envs/student-<hash>/; the first build installs torch).
+# installed. Keyed by the wheel's bytes, it is built once per machine, outside the clone
+# (/var/cache/attention-from-scratch/envs as root, or $ATTENTION_COURSE_ENVS; hub/environments.py):
+# a fresh clone reuses it. The first build installs torch.
 student-env: $(STAMP)
 	$(BIN)/python -m hub.environments --extras hub
 

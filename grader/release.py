@@ -100,10 +100,12 @@ class AddCheckCells(NbGraderPreprocessor):
         return nb, resources
 
 
-def release(release_dir: Path = course.NOTEBOOKS, update_sources: bool = True) -> list[Path]:
+def release(release_dir: Path = course.NOTEBOOKS, update_sources: bool = True,
+            db_url: str | None = None) -> list[Path]:
     """Regenerate the student notebooks (``make release``): what ``nbgrader
-    generate_assignment`` writes into release/, written into notebooks/ instead (with a
-    throwaway gradebook); returns the notebooks written.
+    generate_assignment`` writes into release/, written into notebooks/ instead; returns
+    the notebooks written. The assignments are registered in the gradebook at ``db_url``
+    (the tests keep it to restore cells from), by default a throwaway one.
 
     First, with ``update_sources``, the assembled cells of solutions/ (notebook 09's helpers,
     ``grader/assembled.py``) are rewritten from the cells they copy, so that nbgrader copies
@@ -116,5 +118,5 @@ def release(release_dir: Path = course.NOTEBOOKS, update_sources: bool = True) -
     if update_sources:
         assembled.update_sources()
     with tempfile.TemporaryDirectory() as scratch:
-        generate(release_dir, f"sqlite:///{Path(scratch) / 'gradebook.db'}")
+        generate(release_dir, db_url or f"sqlite:///{Path(scratch) / 'gradebook.db'}")
     return sorted(release_dir.glob("*/*.ipynb"))

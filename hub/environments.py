@@ -1,4 +1,4 @@
-"""The course's two environments on a hub, as venvs cached under ``out/envs/``.
+"""The course's two environments on a hub, as cached venvs.
 
 * ``student_env(extras)``: the student package as a learner or a hub's student gets it,
   the wheel built from coursekit/ (``build_wheel``, as ``make wheel`` builds it) installed
@@ -7,10 +7,14 @@
   with formgrader, the course's configuration) and the hub's jupyterhub.
 
 Both are made from Debian's ``/usr/bin/python3.11``, which every account can run (the dev
-venv's interpreter under /root cannot be), and are world-readable. Each is cached in
-``out/envs/<name>-<key>``, keyed by what goes into it (the wheel's bytes and the extras;
-the repository's pyproject.toml), so that torch is installed once; two processes asking
-for the same venv take turns on a lock file and the second reuses the first's.
+venv's interpreter under /root cannot be), and are world-readable. Each is cached as
+``<name>-<key>``, keyed by what goes into it (the wheel's bytes, the extras and the
+interpreter; this checkout's path and pyproject.toml), so that torch is installed once;
+two processes asking for the same venv take turns on a lock file and the second reuses
+the first's. The student venv depends on nothing of the checkout but the wheel, so it is
+kept once per machine, outside any clone (``STUDENT_ENVS``: $ATTENTION_COURSE_ENVS, else,
+as root, /var/cache/attention-from-scratch/envs), and a fresh clone reuses it; the
+instructor's, an editable install of one checkout, is kept in that checkout's ``out/envs/``.
 ``python -m hub.environments [--extras hub]`` (``make student-env``) builds the student
 venv ahead of the tests and prints its Python.
 """
@@ -31,7 +35,18 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "out"
-ENVS = OUT / "envs"
+ENVS = OUT / "envs"  # the instructor's venv: an editable install of this checkout
+
+
+def _machine_envs() -> Path:
+    """Where venvs that depend only on their content are kept for the whole machine (see
+    the module's docs); this checkout's out/envs/ when there is no such place."""
+    if os.environ.get("ATTENTION_COURSE_ENVS"):
+        return Path(os.environ["ATTENTION_COURSE_ENVS"])
+    return Path("/var/cache/attention-from-scratch/envs") if os.geteuid() == 0 else ENVS
+
+
+STUDENT_ENVS = _machine_envs()
 INTERPRETER = Path("/usr/bin/python3.11")
 HUB_PIN = "jupyterhub==6.1.1"  # the same hub in every environment: the single-user servers talk to it
 WHEEL_GLOB = "attention_coursekit-*-py3-none-any.whl"
@@ -70,10 +85,10 @@ def pip(prefix: Path, *args: str) -> None:
     _run(str(prefix / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-input", *args)
 
 
-def build_venv(name: str, key: str, install: Callable[[Path], None]) -> Path:
-    """The venv ``out/envs/<name>-<key>`` made from ``INTERPRETER`` and filled by
+def build_venv(name: str, key: str, install: Callable[[Path], None], envs: Path = ENVS) -> Path:
+    """The venv ``<envs>/<name>-<key>`` made from ``INTERPRETER`` and filled by
     ``install(prefix)``, unless a complete one is there; returns its python. Everything in
-    it is world-readable (other accounts run it).
+    it, and the folders above it, are world-readable (other accounts run it).
 
     Raises:
         EnvironmentMissing: /usr/bin/python3.11 with venv and ensurepip is not installed.
@@ -83,12 +98,12 @@ def build_venv(name: str, key: str, install: Callable[[Path], None]) -> Path:
                                                    capture_output=True).returncode:
         raise EnvironmentMissing(f"{INTERPRETER} with venv and ensurepip is needed: "
                                  "run `apt-get install python3.11 python3.11-venv`")
-    ENVS.mkdir(parents=True, exist_ok=True)
-    for folder in (OUT, ENVS):
+    envs.mkdir(parents=True, exist_ok=True)
+    for folder in (envs.parent, envs):
         folder.chmod(folder.stat().st_mode | 0o755)
-    prefix = ENVS / f"{name}-{key}"
+    prefix = envs / f"{name}-{key}"
     if not (prefix / COMPLETE).is_file():
-        with open(ENVS / f".{name}-{key}.lock", "w") as lock:
+        with open(envs / f".{name}-{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
             if not (prefix / COMPLETE).is_file():
                 shutil.rmtree(prefix, ignore_errors=True)  # half-built by a killed run
@@ -155,7 +170,7 @@ def student_env(extras: str = "") -> Path:
     with tempfile.TemporaryDirectory(prefix="coursekit-wheel-") as tmp:
         wheel = build_wheel(Path(tmp))
         return build_venv("student", wheel_digest(wheel, extras),
-                          lambda prefix: pip(prefix, f"{wheel}[{extras}]" if extras else str(wheel)))
+                          lambda prefix: pip(prefix, f"{wheel}[{extras}]" if extras else str(wheel)), STUDENT_ENVS)
 
 
 # --------------------------------------------------------------------------- the instructor's
@@ -174,7 +189,8 @@ def instructor_env() -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Build the student wheel's clean venv (cached in out/envs/).")
+    parser = argparse.ArgumentParser(description="Build the student wheel's clean venv (cached once per "
+                                                 "machine, see hub/environments.py).")
     parser.add_argument("--extras", default="", help="extras of the student package, e.g. hub")
     print(student_env(parser.parse_args(argv).extras))
 

@@ -2,7 +2,7 @@
 
 ``start()`` brings up, on loopback only:
 
-* two environments (``hub/environments.py``), built once and cached under ``out/envs/``
+* two environments (``hub/environments.py``), built once and cached (see there)
   (keyed by a hash of their inputs, world-readable, from Debian's ``/usr/bin/python3.11``,
   which every account can run): the STUDENT one (the student wheel with its ``hub``
   extra; no grader package, no solutions; formgrader and create-assignment switched off

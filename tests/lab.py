@@ -628,23 +628,36 @@ def visit_page(context, url: str, shot: Path | None = None, settle_ms: int = 250
 
 # ---------------------------------------------------------------------------- a tour
 
-def visit(page, lab: Lab, assignment_id: str, shots: Path, run_seconds: float = 180) -> dict[str, list[str]]:
-    """What a learner meets in one assignment: its student notebook opened (screenshot
-    ``shots/<id>.png``) and its solution notebook run from the Run menu (its first figure
-    to ``shots/<id>-figure.png``). Returns the problems seen, by step: ``render`` (see
-    ``rendering_problems``) and ``run`` (see ``run_problems``); empty lists when all is well.
-    """
+def render(page, lab: Lab, assignment_id: str, shots: Path) -> list[str]:
+    """One assignment's student notebook opened as a learner first sees it (no kernel), its
+    screenshot to ``shots/<id>.png``; returns what did not render (``rendering_problems``)."""
     paths = notebook_paths(assignment_id)
     student = nbformat.read(lab.root / paths["student"], as_version=4)
     open_notebook(page, paths["student"], len(student.cells), kernel=False)
-    found = {"render": wait_rendered(page, student)}
+    problems = wait_rendered(page, student)
     screenshot_notebook(page, shots / f"{assignment_id}.png")
+    return problems
+
+
+def run_solution(page, lab: Lab, assignment_id: str, shots: Path, run_seconds: float = 180) -> list[str]:
+    """One assignment's solution notebook run from the Run menu, its first figure to
+    ``shots/<id>-figure.png``; returns what went wrong (``run_problems``)."""
+    paths = notebook_paths(assignment_id)
     solution = nbformat.read(lab.root / paths["solution"], as_version=4)
     open_notebook(page, paths["solution"], len(solution.cells))
-    found["run"] = run_problems(solution, run_all(page, run_seconds))
+    problems = run_problems(solution, run_all(page, run_seconds))
     if page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img").count():
         screenshot_first_figure(page, shots / f"{assignment_id}-figure.png")
-    return found
+    return problems
+
+
+def visit(page, lab: Lab, assignment_id: str, shots: Path, run_seconds: float = 180) -> dict[str, list[str]]:
+    """What a learner meets in one assignment (`make screenshots`): its student notebook
+    opened (``render``) and its solution notebook run (``run_solution``). Returns the
+    problems seen, by step: ``render`` and ``run``; empty lists when all is well.
+    """
+    return {"render": render(page, lab, assignment_id, shots),
+            "run": run_solution(page, lab, assignment_id, shots, run_seconds)}
 
 
 def validate_both(page, lab: Lab, assignment_id: str, shots: Path) -> dict[str, tuple[bool, str]]:

@@ -26,6 +26,8 @@ from grader.cli import main
 from grader.release import check_cell_source
 from tests.conftest import expected_grades
 
+pytestmark = pytest.mark.kernel
+
 FIRST = course.assignments()[0]
 
 

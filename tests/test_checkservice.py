@@ -29,6 +29,8 @@ from grader.checkservice import MAX_BODY_BYTES
 from hub.launch import free_port
 from tests.conftest import expected_grades
 
+pytestmark = pytest.mark.hub
+
 A = "01_similarity"
 CHP = course.ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 JUPYTERHUB = Path(sys.prefix) / "bin" / "jupyterhub"

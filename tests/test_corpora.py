@@ -18,6 +18,8 @@ from grader.names import shown
 from tests.corpora import harms, malformed, tamper
 from tests.conftest import expected_grades
 
+pytestmark = pytest.mark.kernel
+
 ASSIGNMENT = tamper.ASSIGNMENT
 
 

@@ -46,3 +46,15 @@ def test_korean_renders_offline_from_the_shipped_font(tmp_path):
         warnings.simplefilter("error")
         ax = plots.heatmap([[0.2, 0.8], [0.6, 0.4]], ["나는", "고기를"], ["먹었다", "it"], title="나는 고기를 먹었다")
         ax.figure.savefig(tmp_path / "korean.png")
+
+
+def test_importing_nbformat_compiles_no_iri_grammar():
+    """jsonschema 4.25 and later import rfc3987-syntax, whose parsers are compiled on import
+    (2.6 s of CPU in every nbgrader command, Jupyter server and Dask worker); the pinned
+    jsonschema does not. nbformat is imported by now in this process."""
+    import sys
+
+    import nbformat  # noqa: F401
+
+    assert "jsonschema._format" in sys.modules
+    assert "rfc3987_syntax" not in sys.modules

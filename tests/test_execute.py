@@ -10,6 +10,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from grader.execute import BudgetedExecute
 
+pytestmark = pytest.mark.kernel
+
 
 def _run(tmp_path, *sources: str, **limits) -> tuple[nbformat.NotebookNode, dict]:
     nb = new_notebook(cells=[new_code_cell(s) for s in sources])

@@ -33,6 +33,8 @@ import pytest
 from grader import course
 from tests import lab as browser_lab
 
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
 ASSIGNMENT = "01_similarity"
 SHOT = course.ROOT / "out" / "screenshots" / "feedback-math-offline.png"
 EVIL = browser_lab.EVIL_HOST

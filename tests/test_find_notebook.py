@@ -29,6 +29,8 @@ from grader import course
 from grader.release import check_cell_source
 from hub.launch import free_port
 
+pytestmark = pytest.mark.kernel
+
 JUPYTER_SERVER = Path(sys.prefix) / "bin" / "jupyter-server"
 
 

@@ -35,6 +35,8 @@ import pytest
 from grader import course
 from tests import lab as browser_lab
 
+pytestmark = [pytest.mark.browser, pytest.mark.kernel]
+
 A = "01_similarity"
 TIMES = {"ada": "2026-12-01 11:00:00.000000 UTC", "chloe": "2026-12-01 11:30:00.000000 UTC"}
 EXPECTED = {s: json.loads((course.SAMPLE_CLASS / s / "expected.json").read_text())[A] for s in TIMES}

@@ -78,6 +78,7 @@ def term(tmp_path_factory) -> dict:
             "table_before": table_before, "table": _csv(course_dir / "grades.csv")}
 
 
+@pytest.mark.kernel
 def test_lateness_uses_collected_times_and_one_students_extension(term):
     first = term["first"]
     assert (first["ada"].score, first["ben"].score, first["dev"].score) == (10, 10, 4)
@@ -89,6 +90,7 @@ def test_lateness_uses_collected_times_and_one_students_extension(term):
         assert gb.find_submission(A, "chloe").timestamp == parse_utc(TIMES["chloe"])
 
 
+@pytest.mark.kernel
 def test_formgrader_sees_every_submission_autograded_with_its_time(term):
     from grader.release import nbgrader_api
 
@@ -100,6 +102,7 @@ def test_formgrader_sees_every_submission_autograded_with_its_time(term):
         assert parse_utc(submission["timestamp"]) == parse_utc(TIMES[student])
 
 
+@pytest.mark.kernel
 def test_a_manual_grade_and_comment_survive_a_regrade_everywhere(term):
     with Gradebook(term["url"]) as gb:
         grade = gb.find_grade(MANUAL[0], A, A, "dev")
@@ -115,6 +118,7 @@ def test_a_manual_grade_and_comment_survive_a_regrade_everywhere(term):
         assert {r["Student"]: r[A] for r in csv.DictReader(f)}["dev"] == "5"
 
 
+@pytest.mark.kernel
 def test_regrading_one_student_leaves_the_other_rows_alone(term):
     before, after = term["table_before"], term["table"]
     assert sorted(after) == sorted(before) == [(s, A) for s in sorted(TIMES)]
@@ -124,6 +128,7 @@ def test_regrading_one_student_leaves_the_other_rows_alone(term):
     assert list(term["again"]) == ["dev"]
 
 
+@pytest.mark.kernel
 def test_release_feedback_finds_every_students_feedback(term):
     exchange = term["root"] / "exchange"
     exchange.mkdir(mode=0o777)
@@ -133,6 +138,7 @@ def test_release_feedback_finds_every_students_feedback(term):
     assert released == sorted(f"{notebook_hash(secret=k, notebook_id=A)}.html" for k in term["keys"].values())
 
 
+@pytest.mark.kernel
 def test_nbgraders_own_autograde_and_export_agree_with_course_grader(term):
     """formgrader's Autograde button runs nbgrader's autograde with the course's config: the
     late penalty, the manual grade and the flag come out as course-grader left them."""
@@ -153,11 +159,13 @@ def test_nbgraders_own_autograde_and_export_agree_with_course_grader(term):
     assert _csv(term["course"] / "grades.csv") == term["table"]
 
 
+@pytest.mark.kernel
 def test_a_due_date_is_never_given_to_one_student(term, capsys):
     assert cli(["grade", "--course", str(term["course"]), "--student", "dev", "--duedate", f"{A}=2027-01-01"]) == 2
     assert "--extensions" in capsys.readouterr().err
 
 
+@pytest.mark.kernel
 def test_make_quotes_a_database_url_for_the_shell():
     url = "postgresql://grader@db/course?sslmode=require&target_session_attrs=any"
     done = subprocess.run(["make", "-n", "grade", f"DB_URL={url}", "STUDENT=ada ben"], cwd=course.ROOT,

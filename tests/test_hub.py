@@ -40,6 +40,8 @@ from hub import launch
 from tests import lab as browser_lab
 from tests.test_term import Term
 
+pytestmark = [pytest.mark.hub, pytest.mark.browser]
+
 A = "01_similarity"
 NB = f"{A}.ipynb"
 INSTRUCTOR = "afs_hub_teacher"

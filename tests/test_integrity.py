@@ -15,6 +15,8 @@ from nbgrader.api import Gradebook
 from grader import course
 from grader.grade import Grader
 
+pytestmark = pytest.mark.kernel
+
 STUDENTS = ["ada", "chloe", "dev", "femi"]
 
 

@@ -21,6 +21,8 @@ from nbgrader.dbutil import ALEMBIC_DIR
 
 from grader import course
 
+pytestmark = pytest.mark.kernel
+
 NBGRADER = Path(sys.executable).with_name("nbgrader")
 ACTIVATED = f"{NBGRADER.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # as after `source .venv/bin/activate`
 BARE = "/usr/bin:/bin"  # a shell where the venv is not activated

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from grader.parallel import Unit, run
+
+pytestmark = pytest.mark.kernel
 
 
 def test_a_unit_past_its_deadline_is_stopped_and_the_batch_goes_on():

@@ -1,7 +1,8 @@
-"""The whole grading pipeline on real notebooks: one nbgrader run over a class.
-
-The class is the bundled sample class plus three more students: the solution
-notebook, the untouched release notebook, and a student with no assignment folder.
+"""The whole grading pipeline on real notebooks: one nbgrader run over a class
+(``graded_class``: every sample-class student's notebook 01, the solution and the
+untouched release notebook of every assignment, a student with no assignment folder),
+and the sample class's other submissions judged in process by grading's own steps
+(``judge``, tests/inprocess.py), so that every recorded grade is asserted.
 """
 from __future__ import annotations
 
@@ -12,18 +13,70 @@ import pytest
 
 from grader import course
 from grader.checks import exercise_ids
-from tests.conftest import expected_grades
+from tests.conftest import expected_grades, graded_in_kernels
+from tests.inprocess import is_drawing
 
 ASSIGNMENT = "01_similarity"
+RECORDED = sorted(expected_grades().items())
+# Judged in process: every recorded submission but those stopped at the time limit (an
+# endless loop would cost the limit here too); each of those is graded in kernels.
+IN_PROCESS = [(key, expected) for key, expected in RECORDED if (course.SAMPLE_CLASS.joinpath(*key)).is_dir()
+              and "time limit" not in expected["status"]]
 
 
-@pytest.mark.parametrize("key,expected", sorted(expected_grades().items()), ids=lambda k: "/".join(k) if isinstance(k, tuple) else "")
+def _key_id(value) -> str:
+    return "/".join(value) if isinstance(value, tuple) else ""
+
+
+@pytest.mark.parametrize("key,expected", [(k, e) for k, e in RECORDED if graded_in_kernels(k)], ids=_key_id)
 def test_sample_class_grades_as_recorded(graded_class, key, expected):
     row = graded_class["rows"][key]
     assert row.status == expected["status"], row.diagnoses
     assert row.points == expected["exercises"], row.diagnoses
     assert row.score == expected["score"]
     assert row.max_score == max_points(key[1])
+
+
+@pytest.mark.parametrize("key,expected", IN_PROCESS, ids=_key_id)
+def test_sample_class_judged_in_process_as_recorded(judged, key, expected):
+    """The same expectations through grading's steps in process; for notebook 01 this
+    agrees with the real pipeline above, student by student."""
+    row = judged(*key)
+    assert row.status == expected["status"], row.diagnoses
+    assert row.points == expected["exercises"], row.diagnoses
+    assert row.score == expected["score"]
+    assert row.max_score == max_points(key[1])
+
+
+def test_every_recorded_grade_is_asserted():
+    """Each expectation is checked by the real pipeline, in process, or both."""
+    judged = {key for key, _ in IN_PROCESS}
+    assert [key for key, _ in RECORDED if not graded_in_kernels(key) and key not in judged] == []
+
+
+@pytest.mark.parametrize("key", [key for key, _ in IN_PROCESS], ids=_key_id)
+def test_diagnoses_judged_in_process_show_no_traceback_or_hidden_input(judged, key):
+    """What feedback shows of a wrong answer is its diagnosis (the feedback of notebook
+    01's students is checked whole in test_feedback.py)."""
+    for exercise, diagnosis in judged(*key).diagnoses.items():
+        assert "\n" not in diagnosis and diagnosis.isprintable(), (exercise, diagnosis)
+        for secret in ("most recent call last", "site-packages", 'File "', "BEGIN HIDDEN", "check(\"",
+                       "grader.checks", "CheckFailed"):
+            assert secret not in diagnosis, (exercise, secret, diagnosis)
+
+
+@pytest.mark.parametrize("assignment", course.assignments())
+def test_in_process_the_solution_scores_full_marks_and_the_release_nothing(judge, assignment):
+    """The figure and demonstration cells the in-process judge leaves out hold nothing a
+    check needs: the solution notebook still earns every point; and every test cell can
+    fail: the untouched release notebook earns none."""
+    solution = judge.grade(course.SOLUTIONS / assignment, "zz_solution", assignment)
+    assert solution.status == "graded" and solution.score == solution.max_score == max_points(assignment), \
+        solution.diagnoses
+    release = judge.grade(course.NOTEBOOKS / assignment, "zz_release", assignment)
+    assert release.points == dict.fromkeys(exercise_ids(assignment.split("_", 1)[1]), 0.0)
+    assert set(release.diagnoses) == set(release.points)
+    assert all("not answered yet" in d for d in release.diagnoses.values()), release.diagnoses
 
 
 def max_points(assignment_id: str) -> float:
@@ -55,12 +108,22 @@ def test_sample_class_is_a_real_class():
 
 @pytest.mark.parametrize("assignment", course.assignments())
 def test_solution_scores_full_marks_and_runs_without_error(graded_class, assignment):
+    """The solution earns every point, and runs as a learner who solved it sees it run: no
+    error, nothing on stderr, and each figure cell shows a PNG (the browser test runs one
+    notebook in JupyterLab; `make screenshots` runs them all)."""
     row = graded_class["rows"][("zz_solution", assignment)]
     assert row.status == "graded" and row.score == row.max_score == max_points(assignment), row.diagnoses
     graded = graded_class["out"] / "autograded" / "zz_solution" / assignment / f"{assignment}.ipynb"
+    figures = 0
     for cell in nbformat.read(graded, as_version=4).cells:
-        for output in cell.get("outputs", []):
+        outputs = cell.get("outputs", [])
+        for output in outputs:
             assert output.output_type != "error", f"cell {cell.get('id')}: {output.get('evalue')}"
+            assert output.get("name") != "stderr", f"cell {cell.get('id')} wrote on stderr: {output.get('text')}"
+        if is_drawing(cell) and "-demo-" not in cell.metadata.get("nbgrader", {}).get("grade_id", ""):
+            assert any("image/png" in o.get("data", {}) for o in outputs), f"figure cell {cell.get('id')} shows no PNG"
+            figures += 1
+    assert figures, "no figure cell"
 
 
 @pytest.mark.parametrize("assignment", course.assignments())

@@ -9,7 +9,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from postgres import peer_server
+
+pytestmark = pytest.mark.cluster
 
 VENV_BIN = Path(sys.prefix) / "bin"
 # what the grading account's tools do with the gradebook URL: nbgrader's Gradebook, which

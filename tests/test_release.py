@@ -5,11 +5,12 @@ import ast
 import re
 
 import nbformat
+import pytest
 
 import coursekit
 from grader import course
 from grader.checks import exercise_ids
-from grader.release import AddCheckCells, release
+from grader.release import AddCheckCells
 from pathlib import Path
 
 HIDDEN_CALL = re.compile(r'^from grader\.checks import check; check\("(?P<id>[\w-]+)", \w+(, \w+)*\)$')
@@ -25,12 +26,13 @@ def _comparable(path):
     return [(c.cell_type, c.get("id"), c.source, c.metadata.get("nbgrader"), c.metadata.get("course")) for c in nb.cells]
 
 
-def test_notebooks_equal_a_fresh_release(tmp_path):
-    fresh = release(tmp_path, update_sources=False)
-    assert [p.relative_to(tmp_path) for p in fresh] == [
+def test_notebooks_equal_a_fresh_release(released):
+    """``released`` (tests/conftest.py) is grader.release.release() into a folder of its own."""
+    fresh, folder = released["notebooks"], released["folder"]
+    assert [p.relative_to(folder) for p in fresh] == [
         p.relative_to(course.NOTEBOOKS) for p in sorted(course.NOTEBOOKS.glob("*/*.ipynb"))]
     for path in fresh:
-        assert _comparable(path) == _comparable(course.NOTEBOOKS / path.relative_to(tmp_path)), (
+        assert _comparable(path) == _comparable(course.NOTEBOOKS / path.relative_to(folder)), (
             f"{path.name} is out of date: run `make release` and commit notebooks/")
 
 
@@ -107,6 +109,7 @@ def test_hidden_tests_are_one_line_calls_by_exercise_id():
     assert sorted(seen) == exercise_ids(), "every check is used by exactly one test cell"
 
 
+@pytest.mark.kernel
 def test_validate_button_flags_the_student_version_and_passes_a_finished_one():
     """What nbgrader's Validate button runs, with the course configuration."""
     from nbgrader.validator import Validator
@@ -118,6 +121,7 @@ def test_validate_button_flags_the_student_version_and_passes_a_finished_one():
     assert not finished.get("failed") and not finished.get("changed")
 
 
+@pytest.mark.kernel
 def test_new_gradebooks_get_nbgrader_s_alembic_revision(tmp_path):
     """grader.release answers nbgrader's revision question in process; it must be the
     revision nbgrader's own `alembic heads` command gives (the one upgrades start from)."""

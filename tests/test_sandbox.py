@@ -15,6 +15,8 @@ import pytest
 from grader import course
 from grader.sandbox import SandboxedKernelManager, bwrap
 
+pytestmark = pytest.mark.kernel
+
 
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):

@@ -14,6 +14,8 @@ import pytest
 from grader.cgroup import Cgroup, CgroupUnavailable
 from tests.kernels import Kernel, kernel, uid_processes
 
+pytestmark = pytest.mark.kernel
+
 # the honest workload: a fixed CPU budget; prints the wall time it took
 WORK = """
 import json, time

@@ -15,6 +15,8 @@ import pytest
 from grader.sandbox import WORK, remove_tree
 from tests.kernels import kernel
 
+pytestmark = pytest.mark.kernel
+
 # each tries, when imported or executed, to leave a mark in the kernel's /tmp and to
 # write into every host folder the kernel is given (the run folder's mounts)
 ATTACK = """

@@ -78,6 +78,7 @@ def test_files_sent_as_data_stage_like_the_folder(tmp_path):
     assert errors[0] == errors[1] and "over the 20 MB limit" in errors[0]
 
 
+@pytest.mark.kernel
 def test_a_unit_result_is_json_and_carries_what_the_collector_needs(tmp_path):
     import json
 
@@ -102,6 +103,7 @@ def test_a_unit_result_is_json_and_carries_what_the_collector_needs(tmp_path):
     assert bad["gradebook"] is None and not bad["graded"] and json.dumps(bad)
 
 
+@pytest.mark.kernel
 def test_a_unit_that_raises_becomes_a_row_and_the_batch_goes_on(tmp_path):
     """A worker with other course files refuses the unit; the collector gets a one-line reason."""
     from grader.parallel import Unit, run
@@ -160,6 +162,7 @@ def cluster(tmp_path):
         running.stop()
 
 
+@pytest.mark.cluster
 def test_cluster_loses_a_worker_mid_batch_and_every_submission_is_graded_once(tmp_path, cluster):
     from distributed import Client
 
@@ -201,6 +204,7 @@ def test_cluster_loses_a_worker_mid_batch_and_every_submission_is_graded_once(tm
 # --- the gradebook on PostgreSQL --------------------------------------------------------------
 
 
+@pytest.mark.cluster
 def test_grading_into_postgresql_gives_the_grades_of_sqlite(tmp_path, graded_class):
     class_dir = tmp_path / "class"
     for student in STUDENTS:

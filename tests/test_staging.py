@@ -451,6 +451,7 @@ def test_the_terminal_table_cannot_be_rewritten_by_a_name(tmp_path):
 # --- the whole batch -------------------------------------------------------------------------
 
 
+@pytest.mark.kernel
 def test_a_class_with_every_case_at_once(tmp_path):
     """The batch finishes and writes grades.csv whatever is in the folder; honest rows as alone."""
     from grader.grade import grade_class

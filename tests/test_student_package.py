@@ -25,6 +25,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from grader import course
 from hub.environments import build_wheel, clean_env, student_env
 
+pytestmark = pytest.mark.kernel
+
 ALLOWED = re.compile(r"coursekit/[a-z_0-9]+\.py|coursekit/drivers/[a-z_0-9]+\.py"
                      r"|coursekit/assets/fonts/(NanumSquareR\.ttf|OFL\.txt)"
                      r"|attention_coursekit-0\.1\.0\.dist-info/(METADATA|WHEEL|RECORD|top_level\.txt)")
