@@ -41,7 +41,9 @@ from collections.abc import Callable
 from jupyter_client.provisioning import LocalProvisioner
 
 MAX_MESSAGE = 1 << 20
-STARTUP_SECONDS = 120  # the fork server's imports, on a loaded machine
+# the fork server's imports (3 CPU-s) on a loaded machine; a unit's own deadline bounds it too
+STARTUP_SECONDS = 300
+SANDBOX_SECONDS = 120  # bubblewrap's start and the copy of the files, or one fork
 log = logging.getLogger(__name__)
 
 
@@ -97,7 +99,7 @@ class ForkServer:
             except OSError as error:
                 self.close()
                 raise ForkServerUnavailable(f"the fork server is gone ({error.strerror})") from None
-            answer = self._receive(STARTUP_SECONDS, "fork a kernel")
+            answer = self._receive(SANDBOX_SECONDS, "fork a kernel")
         if "error" in answer:
             raise ForkServerUnavailable(f"the fork server could not start the kernel: {answer['error']}")
         self.spawn_cpu += answer["cpu"]
@@ -223,7 +225,7 @@ class ForkedKernelProvisioner(LocalProvisioner):
     async def launch_kernel(self, cmd: list[str], **kwargs) -> dict:
         km = self.parent
         handshake = km.handshake
-        deadline = time.monotonic() + STARTUP_SECONDS
+        deadline = time.monotonic() + SANDBOX_SECONDS
         try:
             kwargs["pass_fds"] = [handshake.info_write]
             info = await super().launch_kernel(cmd, **kwargs)
