@@ -81,10 +81,11 @@ ZYGOTE = "/run/forkserver/zygote.py"  # the fork server's program, in its own sa
 HOLDER = ["sleep", "infinity"]  # what keeps a forked kernel's sandbox alive
 # what the fork server may do, and only while it enters a kernel's sandbox (grader/zygote.py)
 ZYGOTE_CAPS = ["CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
-PRELOAD = ["numpy", "matplotlib", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "torch",
-           "torch.nn", "torch.nn.functional", "coursekit", "coursekit.data", "coursekit.plots",
-           "coursekit.testing", "coursekit.training", "coursekit.probe", "coursekit.translation",
-           "ipykernel.kernelapp", "ipykernel.ipkernel"]
+# not matplotlib_inline.backend_inline: imported before IPython exists, it would not hook the
+# figures' display into the kernel (it does that when pyplot first imports it, in the kernel)
+PRELOAD = ["numpy", "matplotlib", "matplotlib.pyplot", "torch", "torch.nn", "torch.nn.functional",
+           "coursekit", "coursekit.data", "coursekit.plots", "coursekit.testing", "coursekit.training",
+           "coursekit.probe", "coursekit.translation", "ipykernel.kernelapp", "ipykernel.ipkernel"]
 _MB = 1024 * 1024
 _warned = False
 _warned_cgroup = False
@@ -287,7 +288,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         which a forked kernel holds from its start whether its notebook imports them or not."""
         rlimits = self.rlimits()
         rlimits["AS"] += server.preloaded_bytes
-        return {"argv": self.kernel_argv, "env": _kernel_env(), "cwd": START, "uid": self._uid,
+        # PWD: what the shell before a kernel started anew exports
+        return {"argv": self.kernel_argv, "env": {**_kernel_env(), "PWD": START}, "cwd": START, "uid": self._uid,
                 "rlimits": rlimits, "readable": sorted(readable_roots())}
 
     def sandbox_fds(self, info: dict) -> dict[str, list[int]]:

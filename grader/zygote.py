@@ -30,7 +30,7 @@ sandbox's other namespaces and root, starts a new session, sets the rlimits, dro
 every capability (bounding, ambient and inheritable sets too) and becomes ``uid``, sets
 no_new_privs; it keeps no descriptor of the zygote's but the read-only library files a
 preloaded module holds open, each opened anew (an offset of its own); it takes the
-kernel's own environment, reseeds numpy's global generator (``random`` reseeds itself after a fork),
+kernel's own environment, reseeds numpy's and torch's global generators (``random`` reseeds itself),
 and only then creates the kernel application (and its ZeroMQ context) from ``argv``.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ import ctypes
 import fcntl
 import gc
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -184,12 +185,16 @@ def _kernel(request: dict, fds: dict[str, list[int]], report: int) -> None:
         os.environ.update(request["env"])
         importlib.invalidate_caches()
         sys.path_importer_cache.clear()
-        if "numpy" in sys.modules:  # a fresh kernel seeds it from the OS on import; a fork inherits ours
+        # a fresh kernel seeds these from the OS when it imports them; a fork inherits ours
+        # (Python's random reseeds itself in a forked child)
+        if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
+        if "torch" in sys.modules:
+            sys.modules["torch"].seed()
         argv = request["argv"]
         if argv[1:3] != ["-m", "ipykernel_launcher"]:
             raise RuntimeError(f"the fork server starts ipykernel only, not {argv[:3]}")
-        sys.argv = [sys.modules["ipykernel"].__file__, *argv[3:]]
+        sys.argv = [importlib.util.find_spec("ipykernel_launcher").origin, *argv[3:]]
         os.write(report, b"ok\n")
         os.close(report)
     except BaseException as error:  # noqa: BLE001 - reported, then this process ends

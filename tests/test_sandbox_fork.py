@@ -234,12 +234,55 @@ def test_a_forked_kernel_draws_with_the_fonts_the_fork_server_loaded(tmp_path):
 
 def test_forked_kernels_draw_fresh_random_numbers(tmp_path):
     _need_root()
-    code = "import json, random, numpy\nprint(json.dumps([random.random(), float(numpy.random.rand())]))"
+    code = ("import json, random, numpy, torch\n"
+            "print(json.dumps([random.random(), float(numpy.random.rand()), torch.initial_seed()]))")
     draws = []
     for _ in range(2):
         with kernel(tmp_path) as k:
             draws.append(k.run(code))
-    assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1], draws
+    assert all(first != second for first, second in zip(*draws)), draws
+
+
+# what a notebook can tell about the kernel it runs in, after a figure was drawn
+KERNEL_STATE = r"""
+import sys, os, json, warnings, signal, resource, locale
+import numpy, torch, matplotlib, matplotlib.pyplot as plt, coursekit.plots
+ip = get_ipython()
+print(json.dumps({
+    "path": sys.path, "cwd": os.getcwd(), "argv0": os.path.basename(sys.argv[0]),
+    "environment": {k: v for k, v in os.environ.items()},
+    "warning filters": sorted(repr(f) for f in warnings.filters),
+    "signals": {s.name: repr(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD,
+                                                              signal.SIGPIPE, signal.SIGHUP)},
+    "limits": {n: resource.getrlimit(getattr(resource, "RLIMIT_" + n)) for n in ("NOFILE", "STACK", "NPROC", "CPU")},
+    "umask": os.umask(0o022), "locale": locale.getlocale(), "recursion": sys.getrecursionlimit(),
+    "torch threads": [torch.get_num_threads(), torch.get_num_interop_threads()],
+    "torch dtype": str(torch.get_default_dtype()), "numpy": [numpy.get_printoptions(), numpy.geterr()],
+    "backend": matplotlib.get_backend(), "interactive": matplotlib.is_interactive(),
+    "rc": {k: str(v) for k, v in matplotlib.rcParams.items()},
+    "formats": sorted(k for k, v in ip.display_formatter.formatters.items() if v.enabled),
+    "after each cell": sorted(getattr(f, "__name__", repr(f)) for f in ip.events.callbacks["post_execute"]),
+}))
+"""
+
+
+def test_a_forked_kernel_behaves_as_a_kernel_started_anew(tmp_path):
+    """What a notebook sees of its kernel is the same forked or started anew: paths,
+    environment, warning filters, signals, limits, numpy's, torch's and matplotlib's
+    settings, and a figure drawn in a cell is shown at its end (image/png)."""
+    _need_root()
+    seen, shown = {}, {}
+    for fork in (True, False):
+        with kernel(tmp_path, fork_kernels=fork) as k:
+            outputs = []
+            k.loop.run_until_complete(k.kc.execute_interactive(
+                "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.title('a figure');",
+                output_hook=lambda m: outputs.append(sorted(m["content"].get("data", {}))), timeout=60))
+            shown[fork] = [o for o in outputs if "image/png" in o]
+            seen[fork] = k.run(KERNEL_STATE)
+    assert shown[True] and shown[True] == shown[False]
+    differ = {key: (seen[True][key], seen[False][key]) for key in seen[False] if seen[True][key] != seen[False][key]}
+    assert differ == {}, differ
 
 
 def test_a_fork_server_that_ended_is_replaced(tmp_path):
