@@ -84,6 +84,7 @@ student-env: $(STAMP)
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)
+	$(BIN)/python bench/profile.py
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/multi_head.py
 	$(BIN)/python bench/transformer.py

@@ -93,6 +93,8 @@ c.OverwriteCells.add_missing_cells = True
 # `nbgrader generate_feedback` after manual grading must rewrite the feedback that
 # course-grader grade wrote (formgrader's button always does): without this it skips it.
 c.GenerateFeedback.force = True
+# nbconvert's HTML exporter, with each template compiled once per process (not once a page)
+c.GenerateFeedback.exporter_class = "grader.feedback.FeedbackExporter"
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "grader.feedback.ExplainFailures",

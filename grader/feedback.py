@@ -8,11 +8,16 @@ A diagnosis can quote the message of an exception the student's code raised, so 
 student-controlled text: ``diagnose`` makes it one printable line (``sanitize.one_line``)
 and ``ExplainFailures`` hands it to nbgrader's feedback template as escaped text, never
 as markdown or HTML.
+
+``FeedbackExporter`` is the page's exporter (``c.GenerateFeedback.exporter_class``):
+nbconvert's own, compiling its templates once per process instead of once per page.
 """
 from __future__ import annotations
 
 import re
 
+from jinja2 import BytecodeCache
+from nbconvert.exporters import HTMLExporter
 from nbformat import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from nbgrader.utils import is_grade, is_solution
@@ -118,3 +123,34 @@ class ExplainFailures(NbGraderPreprocessor):
                 if output.output_type == "error":
                     output.traceback = [one_line(f"{output.get('ename', '')}: {output.get('evalue', '')}")]
         return cell, resources
+
+
+class _CompiledTemplates(BytecodeCache):
+    """Jinja's compiled templates, kept for the life of the process, keyed as Jinja keys
+    them: the template's name and file, and a checksum of its source."""
+
+    def __init__(self):
+        self._code: dict[tuple[str, str], object] = {}
+
+    def load_bytecode(self, bucket) -> None:
+        code = self._code.get((bucket.key, bucket.checksum))
+        if code is not None:
+            bucket.code = code
+
+    def dump_bytecode(self, bucket) -> None:
+        self._code[(bucket.key, bucket.checksum)] = bucket.code
+
+
+_TEMPLATES = _CompiledTemplates()
+
+
+class FeedbackExporter(HTMLExporter):
+    """nbconvert's ``HTMLExporter`` that compiles each template once per process
+    (``c.GenerateFeedback.exporter_class``): nbgrader's generate_feedback makes a new
+    exporter, and so a new Jinja environment, for every page, which compiled the
+    feedback template and all it includes again each time. The pages are the same."""
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = _TEMPLATES
+        return environment

@@ -33,6 +33,15 @@ but a submitted ``numpy.py``, ``site.py`` or ``ipykernel_launcher.py`` is found 
 after the real one. (It still runs if the notebook itself imports a name nothing
 else provides; that is the student's code running in the student's kernel.)
 
+When grading as root (``fork_kernels``, the default), the kernel is not a new Python:
+the sandbox above is built exactly so, with ``sleep`` as the process that keeps it
+alive, and ``grader.forkserver`` forks the kernel into it from a process that imported
+numpy, torch, matplotlib and ipykernel once (``preload``). The forked process enters
+the sandbox's namespaces, root and cgroup and takes the same rlimits and uid before the
+kernel exists (``grader/zygote.py``); its address-space limit counts from what the
+preloaded libraries already map. Everything after that, sealing and clean-up included,
+is the same.
+
 Clean-up removes the kernel's folder with ``rm -rf --one-file-system`` (any depth,
 any modes) and says loudly what it could not remove.
 
@@ -42,6 +51,7 @@ Without bwrap the kernel runs with rlimits only, after a loud warning, unless
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import secrets
@@ -50,26 +60,39 @@ import stat
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import zmq
 import zmq.asyncio
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import Bool, Enum, Float, Integer, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, Unicode
 
 import coursekit
 
+from . import forkserver
 from .cgroup import Cgroup, CgroupUnavailable
 
 WORK = "/home/student/work"
 START = "/run/kernel-start"  # empty and read-only: the kernel's working folder while it starts
 FILES = "/home/student/submission"
 FONTS = "/home/student/.font-cache"
+ZYGOTE = "/run/forkserver/zygote.py"  # the fork server's program, in its own sandbox
+HOLDER = ["sleep", "infinity"]  # what keeps a forked kernel's sandbox alive
+# what the fork server may do, and only while it enters a kernel's sandbox (grader/zygote.py)
+ZYGOTE_CAPS = ["CAP_SYS_ADMIN", "CAP_SYS_CHROOT", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
+# not matplotlib_inline.backend_inline: imported before IPython exists, it would not hook the
+# figures' display into the kernel (it does that when pyplot first imports it, in the kernel)
+PRELOAD = ["numpy", "matplotlib", "matplotlib.pyplot", "torch", "torch.nn", "torch.nn.functional",
+           "coursekit", "coursekit.data", "coursekit.plots", "coursekit.testing", "coursekit.training",
+           "coursekit.probe", "coursekit.translation", "ipykernel.kernelapp", "ipykernel.ipkernel"]
 _MB = 1024 * 1024
 _warned = False
 _warned_cgroup = False
 # run once the kernel is up, before it serves any request; names nothing in the user namespace
 STARTUP = (f"__import__('os').chdir({WORK!r}); __import__('sys').path.append({WORK!r})")
+# matplotlib's font list, so that no kernel rebuilds it (see _font_cache)
+_FONT_COPY = f"mkdir -m 1777 /tmp/matplotlib; cp {FONTS}/fontlist-*.json /tmp/matplotlib/ 2>/dev/null"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -98,12 +121,20 @@ class SandboxedKernelManager(AsyncKernelManager):
     max_message_mb = Integer(16, help="Largest message accepted from the kernel, MiB; larger "
                                       "ones are dropped by ZeroMQ before they reach memory.").tag(config=True)
     require_sandbox = Bool(False, help="Refuse to grade when bwrap is not installed.").tag(config=True)
+    fork_kernels = Bool(True, help="Fork each kernel, inside its own sandbox, from a fork server that "
+                                   "imported `preload` once (grader/forkserver.py), instead of starting "
+                                   "a new Python; only when grading as root with bwrap.").tag(config=True)
+    preload = List(Unicode(), default_value=PRELOAD,
+                   help="Modules the fork server imports once for all the kernels it forks: "
+                        "library code only, never the course's or a student's.").tag(config=True)
 
     _run_dir: str | None = None
     _uid: int | None = None
     _files: str | None = None
     _sockets: str | None = None
     cgroup: Cgroup | None = None
+    handshake: forkserver.Handshake | None = None
+    kernel_argv: list[str] = []
 
     # --- set-up -----------------------------------------------------------------
 
@@ -122,10 +153,20 @@ class SandboxedKernelManager(AsyncKernelManager):
             if os.geteuid() == 0 and bwrap():
                 self._uid = 200_000 + secrets.randbelow(100_000)
             self.cgroup = self._make_cgroup()  # before the command is formatted: it joins the group
+            if self.forking():
+                self.handshake = forkserver.Handshake()
+                self.kernel_id = self.kernel_id or kw.pop("kernel_id", None) or str(uuid.uuid4())
+                self.provisioner = forkserver.ForkedKernelProvisioner(
+                    kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
             return await super()._async_pre_start_kernel(**kw)
         except BaseException:
             self._remove_all()
             raise
+
+    def forking(self) -> bool:
+        """Whether this kernel is forked from the fork server: asked for, and grading as root
+        with bubblewrap (a throwaway uid), where the sandbox can be entered."""
+        return self.fork_kernels and self._uid is not None
 
     def _make_cgroup(self) -> Cgroup | None:
         """The kernel's cgroup, or None (after a loud warning) when none can be made.
@@ -172,17 +213,29 @@ class SandboxedKernelManager(AsyncKernelManager):
         # the kernel process's own stdout/stderr (start-up notices, os.write(1, ...)
         # floods) never reach the instructor's terminal; cell output goes over ZeroMQ
         kw["stdout"] = kw["stderr"] = subprocess.DEVNULL
-        return await super()._async_launch_kernel(kernel_cmd, **kw)
+        if self.handshake is not None:  # the holder's stdout says when the files are copied
+            kw["stdout"] = self.handshake.ready_write
+        try:
+            return await super()._async_launch_kernel(kernel_cmd, **kw)
+        except BaseException:  # nothing of a kernel that did not start is left behind
+            self._remove_all()
+            raise
 
     def format_kernel_cmd(self, extra_arguments=None):
-        """The launch command: [cgroup join], bwrap, copy of the files, setpriv, prlimit, kernel."""
-        cmd = [*super().format_kernel_cmd(extra_arguments),
-               "--IPKernelApp.ignore_cwd=True", f"--IPKernelApp.exec_lines={STARTUP}"]
-        return self.cgroup.wrap(self._sandbox_cmd(cmd)) if self.cgroup else self._sandbox_cmd(cmd)
+        """The launch command: [cgroup join], bwrap, copy of the files, setpriv, prlimit, kernel
+        (or, when forking, the holder; the kernel's own command is ``kernel_argv``)."""
+        self.kernel_argv = [*super().format_kernel_cmd(extra_arguments),
+                            "--IPKernelApp.ignore_cwd=True", f"--IPKernelApp.exec_lines={STARTUP}"]
+        cmd = self._sandbox_cmd(HOLDER if self.forking() else self.kernel_argv)
+        return self.cgroup.wrap(cmd) if self.cgroup else cmd
+
+    def rlimits(self) -> dict[str, int]:
+        """Each kernel process's rlimits (prlimit's names, upper case)."""
+        return {"AS": self.memory_mb * _MB, "NPROC": self.processes, "CPU": self.cpu_seconds,
+                "FSIZE": self.file_size_mb * _MB, "CORE": 0}
 
     def _sandbox_cmd(self, cmd: list[str]) -> list[str]:
-        limits = ["prlimit", f"--as={self.memory_mb * _MB}", f"--nproc={self.processes}",
-                  f"--cpu={self.cpu_seconds}", f"--fsize={self.file_size_mb * _MB}", "--core=0", "--"]
+        limits = ["prlimit", *(f"--{name.lower()}={value}" for name, value in self.rlimits().items()), "--"]
         path = bwrap()
         if not path:
             if self.require_sandbox:
@@ -193,9 +246,11 @@ class SandboxedKernelManager(AsyncKernelManager):
         user = ([] if self._uid is None else
                 ["setpriv", f"--reuid={self._uid}", f"--regid={self._uid}", "--clear-groups",
                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"])
-        copy = ["sh", "-c", f'cp -R {FILES}/. {WORK}/ 2>/dev/null; mkdir -m 1777 /tmp/matplotlib; '
-                f'cp {FONTS}/fontlist-*.json /tmp/matplotlib/ 2>/dev/null; exec "$@"', "sandbox"]
-        return [path, *self._bwrap_args(), "--", *copy, *user, *limits, *cmd]
+        # when forking, the holder tells the provisioner on its stdout once the files are copied
+        ready = "echo ready; exec >/dev/null; " if self.handshake else ""
+        info = ["--info-fd", str(self.handshake.info_write)] if self.handshake else []
+        copy = ["sh", "-c", f'cp -R {FILES}/. {WORK}/ 2>/dev/null; {_FONT_COPY}; {ready}exec "$@"', "sandbox"]
+        return [path, *self._bwrap_args(), *info, "--", *copy, *user, *limits, *cmd]
 
     def _bwrap_args(self) -> list[str]:
         # ipykernel would take the sandbox's PID 1 for an orphaned parent and quit;
@@ -205,23 +260,11 @@ class SandboxedKernelManager(AsyncKernelManager):
             args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         else:
             args += ["--unshare-all", "--cap-drop", "ALL"]
-        for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-            if os.path.islink(name):
-                args += ["--symlink", os.readlink(name), name]
-            elif os.path.isdir(name):
-                args += ["--ro-bind", name, name]
         # scratch first: later mounts go on top, so a course or venv under /tmp stays visible
-        args += ["--dev", "/dev", "--proc", "/proc",
+        args += [*_system_links(), "--dev", "/dev", "--proc", "/proc",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", str(self.scratch_mb * _MB), "--tmpfs", "/home/student",
-                 "--perms", "0777", "--dir", WORK]
-        readable = {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
-        # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
-        parents = {str(p) for path in readable | {self._sockets} for p in Path(path).parents}
-        for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):
-            args += ["--perms", "0755", "--dir", folder]
-        for path in sorted(readable, key=len):
-            args += ["--ro-bind", path, path]
+                 "--perms", "0777", "--dir", WORK, *_readable(self._sockets)]
         # only the connection file (read-only) and the socket folder of the run folder
         args += ["--ro-bind", self._files, FILES,
                  "--ro-bind-try", _font_cache(), FONTS,
@@ -230,6 +273,47 @@ class SandboxedKernelManager(AsyncKernelManager):
                  "--perms", "0555", "--dir", START,
                  "--chdir", START]
         return args
+
+    # --- forking (grader/forkserver.py) ---------------------------------------------
+
+    def fork_server(self) -> forkserver.ForkServer:
+        """This process's fork server for these preloads (started on first use)."""
+        key = (tuple(self.preload), self.scratch_mb, sys.executable, coursekit.__file__)
+        return forkserver.server(key, lambda fd: zygote_command(fd, list(self.preload), self.scratch_mb),
+                                 _kernel_env())
+
+    def fork_request(self, server: forkserver.ForkServer) -> dict:
+        """What the fork server needs besides the sandbox's descriptors (grader/zygote.py).
+        The address-space limit is ``memory_mb`` beyond what the preloaded libraries map,
+        which a forked kernel holds from its start whether its notebook imports them or not."""
+        rlimits = self.rlimits()
+        rlimits["AS"] += server.preloaded_bytes
+        # PWD: what the shell before a kernel started anew exports
+        return {"argv": self.kernel_argv, "env": {**_kernel_env(), "PWD": START}, "cwd": START, "uid": self._uid,
+                "rlimits": rlimits, "readable": sorted(readable_roots())}
+
+    def sandbox_fds(self, info: dict) -> dict[str, list[int]]:
+        """Descriptors of the sandbox bubblewrap reported (``--info-fd``): its namespaces
+        (each checked against the one bubblewrap made), its root, the cgroup's files."""
+        pid, fds = info["child-pid"], {}
+        try:
+            for name, ns in (("ipc", "ipc"), ("uts", "uts"), ("net", "net"), ("cgroupns", "cgroup"),
+                             ("pid", "pid"), ("mnt", "mnt")):
+                if f"{ns}-namespace" not in info:  # not unshared (cgroup: only where supported)
+                    continue
+                fd = os.open(f"/proc/{pid}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+                fds[name] = [fd]
+                if os.fstat(fd).st_ino != info[f"{ns}-namespace"]:
+                    raise SandboxUnavailable(f"the kernel's sandbox (PID {pid}) ended while it was entered")
+            fds["root"] = [os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+            if self.cgroup is not None:
+                fds["cgroup"] = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in self.cgroup.procs_files()]
+        except BaseException:
+            for numbers in fds.values():
+                for fd in numbers:
+                    os.close(fd)
+            raise
+        return fds
 
     # --- after start --------------------------------------------------------------
 
@@ -257,7 +341,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         return extra
 
     def kernel_pid(self) -> int | None:
-        """The host PID of the kernel's Python process (below bwrap, setpriv and prlimit)."""
+        """The host PID of the kernel's Python process (below bwrap, setpriv and prlimit, or
+        forked into the sandbox)."""
+        if isinstance(self.provisioner, forkserver.ForkedKernelProvisioner):
+            return self.provisioner.kernel_pid
         process = getattr(self.provisioner, "process", None)
         todo = [process.pid] if process else []
         while todo:
@@ -280,7 +367,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             return None
         if self.cgroup is not None:
             return self.cgroup.cpu_seconds()
-        return _tree_cpu(process.pid)
+        return _tree_cpu(self.kernel_pid() if self.forking() else process.pid)
 
     def client(self, **kwargs):
         # a context whose sockets drop any message above the cap (output floods)
@@ -320,6 +407,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._run_dir:
             problems += remove_tree(self._run_dir, self.log)
             self._run_dir = None
+        if self.handshake is not None:
+            self.handshake.close()
+            self.handshake = None
         for problem in problems:
             message = f"sandbox clean-up: {problem}"
             self.log.error(message)
@@ -381,6 +471,51 @@ def _tree_cpu(pid: int) -> float | None:
 def bwrap() -> str | None:
     """The path of bubblewrap, or None when this machine lacks it."""
     return shutil.which("bwrap")
+
+
+def _system_links() -> list[str]:
+    """bwrap arguments: /bin, /lib... as the host has them (links into /usr, or folders)."""
+    args = []
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def readable_roots() -> set[str]:
+    """The folders every sandbox mounts read-only: /usr, /etc, Python, the venv, coursekit."""
+    return {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
+
+
+def _readable(*more: str) -> list[str]:
+    """bwrap arguments: the read-only view every sandbox has (``readable_roots``), and the
+    folders above them and above ``more``, passable by any uid."""
+    readable = readable_roots()
+    # bwrap makes missing parent folders 0700: the kernel's uid could not pass through
+    parents = {str(p) for path in readable | set(more) for p in Path(path).parents}
+    args = []
+    for folder in sorted(parents - {"/", "/tmp", "/home/student"}, key=len):
+        args += ["--perms", "0755", "--dir", folder]
+    for path in sorted(readable, key=len):
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def zygote_command(fd: int, preload: list[str], scratch_mb: int) -> list[str]:
+    """The fork server's command (``grader/zygote.py`` on socket ``fd``): a sandbox with the
+    kernels' read-only view, its own /tmp, no network, in this PID namespace (it enters
+    the kernels' child namespaces), as root with ``ZYGOTE_CAPS`` only."""
+    caps = [arg for cap in ZYGOTE_CAPS for arg in ("--cap-add", cap)]
+    return [bwrap(), "--die-with-parent", "--new-session", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--cap-drop", "ALL", *caps, *_system_links(), "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--size", str(scratch_mb * _MB), "--tmpfs", "/tmp", *_readable(),
+            "--ro-bind-try", _font_cache(), FONTS,
+            "--perms", "0755", "--dir", os.path.dirname(ZYGOTE),
+            "--ro-bind", str(Path(__file__).with_name("zygote.py")), ZYGOTE,
+            "--perms", "0555", "--dir", START, "--chdir", START, "--",
+            "sh", "-c", f'{_FONT_COPY}; exec "$@"', "zygote", sys.executable, ZYGOTE, str(fd), json.dumps(preload)]
 
 
 @functools.lru_cache(maxsize=1)
