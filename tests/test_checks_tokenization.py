@@ -157,6 +157,25 @@ def _training(pick=lambda pairs: min(pairs, key=lambda p: (-pairs[p], p)), words
     return train_bpe
 
 
+def _replace_merge(words, pair):
+    """merge_pair with str.replace on the symbols joined by spaces: a word's space makes '' symbols."""
+    merged = Counter()
+    for word, count in words.items():
+        merged[tuple(" ".join(word).replace(f"{pair[0]} {pair[1]}", pair[0] + pair[1]).split(" "))] += count
+    return merged
+
+
+def _train_replacing(text, num_merges):
+    words, merges = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS), []
+    for _ in range(num_merges):
+        pairs = ref.count_pairs(words)
+        if not pairs:
+            break
+        merges.append(min(pairs, key=lambda p: (-pairs[p], p)))
+        words = _replace_merge(words, merges[-1])
+    return merges
+
+
 def _lines_as_words(text):
     return [line for line in text.replace("<eos>", "").split("\n") if line]
 
@@ -292,6 +311,7 @@ MISTAKES = {
         (_training(pick=lambda pairs: min(pairs, key=lambda p: (pairs[p], p))), "not the most frequent pair"),
         (_training(words_of=_lines_as_words), "joins two words"),
         (_training(words_of=_special_chars_regex), "joins characters of a special token"),
+        (_train_replacing, "has an empty symbol"),
         (lambda text, n: [a + b for a, b in ref.train_bpe(text, n)], "(str, str) tuple"),
         (lambda text, n: {pair: k for k, pair in enumerate(ref.train_bpe(text, n))}, "should return a list"),
         (stub, "not answered yet"),

@@ -411,6 +411,9 @@ def _left_the_rule(case: Case, k: int, mine: tuple, right: tuple, words: dict) -
              else f"the first {k} merges are right; merge {n}")
     after = " after the merges before it" if k else ""
     if mine not in pairs:
+        if not all(mine):
+            case.fail(f"{first} has an empty symbol '': a merge joins two symbols of a word, never an empty "
+                      "string (does a split of a word make one?)")
         if not _inside_words(*mine):
             case.fail(f"{first} joins two words (a space or line break inside the pair): merge inside each word "
                       "of pretokenize(text) only")
