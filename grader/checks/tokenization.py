@@ -160,7 +160,8 @@ def _pair_counts(prepared: tuple) -> dict:
 
 
 def _describe_pairs(case: Case) -> None:
-    got, want = (_pair_counts(case.spec.prepare(answer, case.call, case.what)) for answer in (case.answer, case.expected))
+    got, want = (_pair_counts(case.spec.prepare(answer, case.call, case.what))
+                 for answer in (case.answer, case.expected))
     words = words_table(*case.call.args)
     inside = {pair for word in words for pair in zip(word, word[1:])}
     if set(got) - inside:
@@ -678,8 +679,8 @@ BPE_DECODE = Spec(
                 _decode_variant(together=False)),
         Mistake("spaces_between", "it puts a space between tokens: a word's space is already inside its token; "
                 "join with nothing", _decode_variant(separator=b" ")),
-        Mistake("specials_dropped", "it drops the special tokens; bpe_decode is the inverse of bpe_encode, so <pad>, <bos>, "
-                "<eos> and <unk> come back as their strings", _decode_variant(specials=False)),
+        Mistake("specials_dropped", "it drops the special tokens; bpe_decode is the inverse of bpe_encode, so "
+                "<pad>, <bos>, <eos> and <unk> come back as their strings", _decode_variant(specials=False)),
         Mistake("byte_ids", "byte id 4 + b is byte b: subtract 4 (the special tokens come first)",
                 _decode_variant(byte_offset=0)),
     ),
