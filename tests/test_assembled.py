@@ -46,10 +46,22 @@ def _cell_code(assignment: str, grade_id: str) -> str:
     return "\n".join(line for line in cell.source.splitlines() if line.strip() not in MARKERS)
 
 
+# every assembled cell, and definitions it must hold
+HELPER_CELLS = [("09_transformer", "transformer-helpers", {"causal_mask", "sinusoidal_encoding", "EncoderLayer",
+                                                           "DecoderLayer"}),
+                ("07_encoder", "encoder-helpers", {"sinusoidal_encoding"}),
+                ("12_gpt", "gpt-model-helpers", {"causal_mask", "split_heads", "MultiHeadAttention",
+                                                 "load_torch_weights", "sublayer_connection"}),
+                ("12_gpt", "gpt-bpe-helpers", {"pretokenize", "train_bpe", "bpe_encode", "bpe_decode"})]
+
+
+def test_every_assembly_is_tested():
+    assert {(a.assignment, a.cell) for a in assembled.ASSEMBLIES} == {(a, c) for a, c, _ in HELPER_CELLS}
+
+
 @pytest.mark.parametrize("root", [course.SOLUTIONS, course.NOTEBOOKS], ids=["solutions", "notebooks"])
-@pytest.mark.parametrize("assignment,grade_id", [("09_transformer", "transformer-helpers"),
-                                                 ("07_encoder", "encoder-helpers")])
-def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id):
+@pytest.mark.parametrize("assignment,grade_id,holds", HELPER_CELLS, ids=[c for _, c, _ in HELPER_CELLS])
+def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id, holds):
     source = _helper_cell(root, assignment, grade_id)
     heads = list(HEADER.finditer(source))
     assert heads, "the helper cell names no source cell"
@@ -60,7 +72,8 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
     copied = []
     for head, after in zip(heads, heads[1:] + [None]):
         section = source[head.end():after.start() if after else len(source)]
-        earlier = _definitions(_cell_code(head["assignment"], head["cell"]))
+        earlier_code = _cell_code(head["assignment"], head["cell"])
+        earlier = _definitions(earlier_code)
         mine = _definitions(section)
         assert mine, f"{head['cell']}: no definition under its header"
         for name, text in mine.items():
@@ -70,12 +83,12 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
         wanted = some[1].split(", ") if some else list(earlier)        # otherwise all of the cell
         assert list(mine) == wanted, f"{head['cell']}: {list(mine)} copied, {wanted} named"
         others = [n for n in ast.parse(section).body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-        for node in others:        # the only code the assembly adds: a numpy function made to return tensors
-            line = ast.get_source_segment(section, node)
-            assert WRAP.match(line) and WRAP.match(line)["name"] in mine, f"{head['cell']}: {line!r} is not copied"
+        for node in others:        # imports and constants of a whole cell, copied; or the one line the
+            line = ast.get_source_segment(section, node)   # assembly adds: a numpy function made to return tensors
+            wrapped = WRAP.match(line) and WRAP.match(line)["name"] in mine
+            assert wrapped or (not some and line in earlier_code), f"{head['cell']}: {line!r} is not copied"
         copied += mine
-    assert {"causal_mask", "sinusoidal_encoding", "EncoderLayer", "DecoderLayer"} <= set(copied) or (
-        assignment == "07_encoder" and copied == ["sinusoidal_encoding"])
+    assert holds <= set(copied), f"{grade_id} lacks {holds - set(copied)}"
 
 
 def test_the_sources_are_up_to_date():
@@ -84,7 +97,8 @@ def test_the_sources_are_up_to_date():
 
 def test_release_copies_a_changed_piece(tmp_path):
     """Change notebook 07's EncoderLayer in a copy of solutions/: assembling rewrites 09's helper cell."""
-    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {"09_transformer"}:
+    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {
+            a.assignment for a in assembled.ASSEMBLIES}:
         shutil.copytree(course.SOLUTIONS / assignment, tmp_path / assignment)
     path = tmp_path / "07_encoder" / "07_encoder.ipynb"
     nb = nbformat.read(path, as_version=4)
