@@ -189,7 +189,9 @@ def evaluation(fn: Any) -> Any:
         value = fn(lm, _batches(ids, shapes), int(pad_id))
         if isinstance(value, torch.Tensor):
             value = value.detach()
-        if isinstance(value, (tuple, list, dict, str)) or value is None:
+        if value is None:
+            raise TypeError("perplexity returns nothing (None): is a `return` missing? It returns one number")
+        if isinstance(value, (tuple, list, dict, str)):
             raise TypeError(f"perplexity should return one number (a float), not a {type(value).__name__}")
         return np.asarray(float(value)), np.array([any(lm.modes), len(lm.modes)], dtype=np.int64)
 
@@ -276,6 +278,9 @@ def cached(fn: Any) -> Any:
         with torch.no_grad():
             for size in np.asarray(chunks).tolist():
                 answer = fn(gpt, ids[:, start:start + size], cache)
+                if answer is None:
+                    raise TypeError("forward_cached returns nothing (None): is a `return` missing? It returns "
+                                    "(logits, cache)")
                 if not isinstance(answer, (tuple, list)) or len(answer) != 2:
                     raise TypeError("forward_cached should return a pair (logits, cache)")
                 step, cache = answer
@@ -306,6 +311,8 @@ def beam(fn: Any) -> Any:
         lm = _bigram(table, 0.0).eval()
         answer = fn(lm, torch.tensor(prompt, dtype=torch.int64), int(beam_size), int(max_new_tokens),
                     int(eos_id), float(alpha))
+        if answer is None:
+            raise TypeError("beam_search returns nothing (None): is a `return` missing? It returns (tokens, score)")
         if not isinstance(answer, (tuple, list)) or len(answer) != 2:
             raise TypeError("beam_search should return a pair (tokens, score)")
         tokens, score = answer
