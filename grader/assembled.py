@@ -1,7 +1,8 @@
 """Read-only cells assembled from other notebooks' cells at release: code written once.
 
-Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08, and
-notebook 07's Encoder uses 05's positional encoding. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
+Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08,
+notebook 07's Encoder uses 05's positional encoding, and notebook 08's decoder 03's masks and
+05's encoding. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
 earlier notebooks' own solution cells into it (d2l's ``#@save``, done at release), rewrites
 the cells in ``solutions/`` and then lets nbgrader generate the student versions, so the
 instructor's source, the student version and ``nbgrader generate_assignment`` agree.
@@ -58,6 +59,20 @@ ASSEMBLIES = (
         (Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),),
     ),
     Assembly(
+        "08_decoder", "decoder-helpers",
+        "# Read-only helpers: the causal mask of notebook 03, its conversion to the attn_mask of\n"
+        "# nn.MultiheadAttention (notebook 03, section 7) and the sinusoidal encoding of notebook 05,\n"
+        "# returning tensors.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+            Piece("03_masking", "masking-pytorch", names=("torch_attn_mask",)),
+            Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
+        ),
+    ),
+    Assembly(
         "09_transformer", "transformer-helpers",
         "# Read-only helpers: the pieces of notebooks 03, 05, 07 and 08 that the model is made of.\n"
         # `make release`, not `course-grader release`: a student version names no instructor module
@@ -71,7 +86,7 @@ ASSEMBLIES = (
             Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
             Piece("07_encoder", "encoder-sublayer_connection"),
             Piece("07_encoder", "encoder-EncoderLayer"),
-            Piece("08_decoder", "decoder-helpers", names=("torch_attn_mask",)),
+            Piece("03_masking", "masking-pytorch", names=("torch_attn_mask",)),
             Piece("08_decoder", "decoder-DecoderLayer"),
         ),
     ),

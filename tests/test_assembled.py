@@ -1,5 +1,5 @@
-"""Notebook 09's helper cell is the earlier notebooks' own solution code, assembled at
-release (grader/assembled.py), in the instructor's source and in the student version."""
+"""The helper cells of notebooks 07, 08 and 09 are the earlier notebooks' own code, assembled
+at release (grader/assembled.py), in the instructor's source and in the student version."""
 from __future__ import annotations
 
 import ast
@@ -46,9 +46,19 @@ def _cell_code(assignment: str, grade_id: str) -> str:
     return "\n".join(line for line in cell.source.splitlines() if line.strip() not in MARKERS)
 
 
+# each assembled cell and the definitions it must hold, in order
+COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal_encoding", "sublayer_connection",
+                                                      "EncoderLayer", "torch_attn_mask", "DecoderLayer"],
+          ("07_encoder", "encoder-helpers"): ["sinusoidal_encoding"],
+          ("08_decoder", "decoder-helpers"): ["causal_mask", "torch_attn_mask", "sinusoidal_encoding"]}
+
+
+def test_every_assembled_cell_is_tested():
+    assert {(a.assignment, a.cell) for a in assembled.ASSEMBLIES} == set(COPIES)
+
+
 @pytest.mark.parametrize("root", [course.SOLUTIONS, course.NOTEBOOKS], ids=["solutions", "notebooks"])
-@pytest.mark.parametrize("assignment,grade_id", [("09_transformer", "transformer-helpers"),
-                                                 ("07_encoder", "encoder-helpers")])
+@pytest.mark.parametrize("assignment,grade_id", list(COPIES))
 def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id):
     source = _helper_cell(root, assignment, grade_id)
     heads = list(HEADER.finditer(source))
@@ -74,8 +84,7 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
             line = ast.get_source_segment(section, node)
             assert WRAP.match(line) and WRAP.match(line)["name"] in mine, f"{head['cell']}: {line!r} is not copied"
         copied += mine
-    assert {"causal_mask", "sinusoidal_encoding", "EncoderLayer", "DecoderLayer"} <= set(copied) or (
-        assignment == "07_encoder" and copied == ["sinusoidal_encoding"])
+    assert copied == COPIES[assignment, grade_id]
 
 
 def test_the_sources_are_up_to_date():
@@ -106,14 +115,18 @@ def test_a_missing_piece_is_named():
         assembled.piece_code(assembled.Piece("08_decoder", "decoder-helpers", names=("no_such_function",)))
 
 
-def test_the_numpy_pieces_return_tensors_of_notebook_05_s_values():
-    ns09, ns05 = solution_namespace("09_transformer"), solution_namespace("05_positional_encoding")
-    mask = ns09["causal_mask"](4)
+@pytest.mark.parametrize("assignment", ["08_decoder", "09_transformer"])
+def test_the_numpy_pieces_return_tensors_of_notebook_05_s_values(assignment):
+    ns, ns05 = solution_namespace(assignment), solution_namespace("05_positional_encoding")
+    mask = ns["causal_mask"](4)
     assert mask.dtype == torch.bool and mask.tolist() == np.tril(np.ones((4, 4), bool)).tolist()
-    pe = ns09["sinusoidal_encoding"](7, 6)
+    pe = ns["sinusoidal_encoding"](7, 6)
     assert pe.dtype == torch.float32
     np.testing.assert_allclose(pe.numpy(), ns05["sinusoidal_encoding"](7, 6), rtol=1e-6, atol=1e-7)
-    assert "Causal (look-ahead) mask" in ns09["causal_mask"].__doc__     # returns_tensor keeps the docstring
+    assert "Causal (look-ahead) mask" in ns["causal_mask"].__doc__     # returns_tensor keeps the docstring
+    ignore = ns["torch_attn_mask"](torch.stack([mask, mask.T]), heads=3)   # (batch 2, 4, 4) -> (2 * 3, 4, 4)
+    assert ignore.shape == (6, 4, 4) and torch.equal(ignore[:3], ~mask.expand(3, 4, 4))
+    assert torch.equal(ignore[3:], ~mask.T.expand(3, 4, 4)) and ns["torch_attn_mask"](None, 3) is None
 
 
 def test_recorded_attention_gives_the_weights_of_each_call():
