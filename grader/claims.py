@@ -14,8 +14,9 @@ expression that one run of the solution notebook evaluates where the claim stand
          "after": "encoder-fig-depth"}
     ]}}
 
-- ``text``: words of the cell, verbatim. A claim whose words are gone from the prose fails,
-  so prose and claim are edited together.
+- ``text``: words of the cell, verbatim (any run of spaces and line breaks counts as one
+  space). A claim whose words are gone from the prose fails, so prose and claim are edited
+  together.
 - ``check``: an expression that must be true (a bool, a numpy bool or a 0-d tensor of one).
 - ``value``: an expression whose value, a str or an int, must occur in ``text``; for a
   float, format it as the prose writes it (``f"{x:.2f}"``).
@@ -139,8 +140,12 @@ def _results(executed) -> list[list]:
     return out
 
 
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _judge(claim: Claim, source: str, result: list) -> Verdict:
-    if claim.text not in source:
+    if _words(claim.text) not in _words(source):
         return Verdict(claim, False, "the prose no longer says these words")
     kind, value = result
     if kind == "error":

@@ -44,7 +44,7 @@ def _notebook(tmp_path, cells):
 def test_a_false_claim_a_vanished_claim_and_a_bad_expression_fail(tmp_path):
     path = _notebook(tmp_path, [
         ("code", "x = 3", None),
-        ("md", "The run below gives **x = 4** and then y grows to 12, twice x.", [
+        ("md", "The run below gives **x = 4** and then y grows\nto 12, twice x.", [
             {"text": "y grows to 12", "value": "str(y)"},                  # evaluated after c2: holds
             {"text": "twice x", "check": "y == 2 * x"},                     # holds
             {"text": "x = 4", "value": "x"},                                # the run gave 3
