@@ -39,7 +39,8 @@ def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str]
             vmax: float | None = None):
     """Draw ``matrix`` (rows, cols) with token labels on both axes and a colour bar.
 
-    Returns the matplotlib Axes. Values are printed in the cells when ``annotate``.
+    Returns the matplotlib Axes. Values are printed in the cells when ``annotate``, in black
+    or white, whichever stands out from the cell's colour, and larger when the cells are few.
     ``vmin``/``vmax`` fix the colour scale, so that several maps can be compared.
     """
     m = np.asarray(matrix.detach() if hasattr(matrix, "detach") else matrix, dtype=float)
@@ -56,13 +57,17 @@ def heatmap(matrix: object, row_labels: Sequence[str], col_labels: Sequence[str]
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if annotate:
-        low = np.nanmin(m) if vmin is None else vmin
-        middle = (low + (np.nanmax(m) if vmax is None else vmax)) / 2
-        for i in range(m.shape[0]):
-            for j in range(m.shape[1]):
-                ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=7,
-                        color="black" if m[i, j] > middle else "white")
+        size = 9 if max(m.shape) <= 6 else 8 if max(m.shape) <= 11 else 7
+        for (i, j), value in np.ndenumerate(m):
+            ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=size,
+                    color="black" if np.isnan(value) else _ink(image.cmap(image.norm(value))))
     return ax
+
+
+def _ink(rgba) -> str:
+    """Black on a light colour, white on a dark one (by the colour's relative luminance)."""
+    r, g, b = rgba[:3]
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
 def vectors_2d(vectors: object, labels: Sequence[str], *, title: str, ax=None,

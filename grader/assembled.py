@@ -1,12 +1,14 @@
 """Read-only cells assembled from other notebooks' cells at release: code written once.
 
 Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08,
-notebook 07's Encoder uses 05's positional encoding, and notebook 12's GPT is made of 03's,
-06's and 07's pieces and reads text through 11's byte-pair encoding. Their helper cells are
-not typed again: ``course-grader release`` (``make release``) copies the earlier notebooks'
-own cells into them (d2l's ``#@save``, done at release), rewrites the cells in ``solutions/``
-and then lets nbgrader generate the student versions, so the instructor's source, the student
-version and ``nbgrader generate_assignment`` agree.
+notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's masks and
+05's encoding, notebook 10 trains its Transformer with 05's encoding and 09's loss and
+learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
+text through 11's byte-pair encoding. Their helper cells are not typed again: ``course-grader
+release`` (``make release``) copies the earlier notebooks' own cells into them (d2l's
+``#@save``, done at release), rewrites the cells in ``solutions/`` and then lets nbgrader
+generate the student versions, so the instructor's source, the student version and
+``nbgrader generate_assignment`` agree.
 
 Each piece is one cell (its nbgrader grade_id) of one source notebook, with nbgrader's
 solution markers dropped, or some top-level definitions of it. A numpy solution (notebooks
@@ -60,6 +62,20 @@ ASSEMBLIES = (
         (Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),),
     ),
     Assembly(
+        "08_decoder", "decoder-helpers",
+        "# Read-only helpers: the causal mask of notebook 03, its conversion to the attn_mask of\n"
+        "# nn.MultiheadAttention (notebook 03, section 7) and the sinusoidal encoding of notebook 05,\n"
+        "# returning tensors.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+            Piece("03_masking", "masking-pytorch", names=("torch_attn_mask",)),
+            Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
+        ),
+    ),
+    Assembly(
         "09_transformer", "transformer-helpers",
         "# Read-only helpers: the pieces of notebooks 03, 05, 07 and 08 that the model is made of.\n"
         # `make release`, not `course-grader release`: a student version names no instructor module
@@ -73,8 +89,21 @@ ASSEMBLIES = (
             Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
             Piece("07_encoder", "encoder-sublayer_connection"),
             Piece("07_encoder", "encoder-EncoderLayer"),
-            Piece("08_decoder", "decoder-helpers", names=("torch_attn_mask",)),
+            Piece("03_masking", "masking-pytorch", names=("torch_attn_mask",)),
             Piece("08_decoder", "decoder-DecoderLayer"),
+        ),
+    ),
+    Assembly(
+        "10_seq2seq_rnn", "seq2seq_rnn-recipe-helpers",
+        "# Read-only helpers: the positional encoding of notebook 05, and the loss and learning-rate\n"
+        "# schedule of notebook 09, for the Transformer that trains beside the GRUs below.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
+            Piece("09_transformer", "transformer-label_smoothed_loss"),
+            Piece("09_transformer", "transformer-noam_lr"),
         ),
     ),
     Assembly(
