@@ -28,7 +28,7 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
 	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
-.PHONY: demo test test-fast bench tamper-report lab release grade screenshots clean wheel student-env
+.PHONY: demo test test-fast bench tamper-report lab release grade screenshots figures clean wheel student-env
 
 # The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
 $(STAMP): pyproject.toml
@@ -118,6 +118,11 @@ lab: $(STAMP)
 # chromium (apt-get install chromium) by the code of the browser test (tests/lab.py).
 screenshots: $(STAMP)
 	$(BIN)/python -m tests.lab docs/screenshots
+
+# docs/figures/: the trained models' figures of the solution notebooks 09 and 10 (minutes of
+# training; the same figures on any machine: fixed steps and seeds).
+figures: $(STAMP)
+	$(BIN)/python -m grader.docfigures
 
 clean:
 	rm -rf $(VENV) out build dist coursekit/build coursekit/*.egg-info

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import DTYPES, MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE, MIME, decode_array, encode_array
+from .protocol import (DTYPES, MAX_DEPTH, MAX_ITEMS, MAX_MESSAGE, MAX_STRINGS, MAX_TEXT, MIME, decode_array,
+                       encode_array, is_unicode)
 
 
 def _short(error: BaseException) -> str:
@@ -33,11 +34,17 @@ def _short(error: BaseException) -> str:
 
 
 def encode_value(value: Any, depth: int = 0) -> dict:
-    """A returned value as plain data: an array, a sequence of values, or ``unsupported``.
+    """A returned value as plain data: an array, a sequence of values, text, or ``unsupported``.
 
     Torch tensors and numpy arrays become arrays; Python numbers and nested lists of
-    numbers become arrays; a tuple or list of arrays or tensors becomes a sequence.
+    numbers become arrays; a tuple or list of arrays or tensors becomes a sequence; a
+    ``str`` becomes ``text`` and a non-empty list or tuple of ``str`` becomes ``strings``
+    (within ``MAX_TEXT`` characters and ``MAX_STRINGS`` items, valid Unicode).
     """
+    if isinstance(value, str):
+        return _encode_text(value)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(item, str) for item in value):
+        return _encode_strings(value)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         value = value.detach().to("cpu").resolve_conj().resolve_neg().numpy()
@@ -57,6 +64,25 @@ def encode_value(value: Any, depth: int = 0) -> dict:
             return {"unsupported": f"a {type(value).__name__} of {len(items)} items"}
         return {"sequence": [encode_value(item, depth + 1) for item in items]}
     return {"unsupported": f"a {type(value).__name__}"}
+
+
+def _encode_text(value: str) -> dict:
+    text = str.__str__(value)  # the characters of a str subclass, not what its methods claim
+    if len(text) > MAX_TEXT:
+        return {"unsupported": f"a str of {len(text)} characters (at most {MAX_TEXT})"}
+    if not is_unicode(text):
+        return {"unsupported": "a str that is not valid Unicode (a lone surrogate)"}
+    return {"text": text}
+
+
+def _encode_strings(items: list | tuple) -> dict:
+    texts = [str.__str__(item) for item in items]
+    if len(texts) > MAX_STRINGS or sum(map(len, texts)) > MAX_TEXT:
+        return {"unsupported": f"a {type(items).__name__} of {len(texts)} strings "
+                               f"(at most {MAX_STRINGS}, {MAX_TEXT} characters in all)"}
+    if not all(map(is_unicode, texts)):
+        return {"unsupported": f"a {type(items).__name__} of strings, one not valid Unicode (a lone surrogate)"}
+    return {"strings": texts}
 
 
 def _plain_numbers(items: list) -> bool:
@@ -297,15 +323,22 @@ def _encode_input(value: Any) -> dict:
         return encode_array(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"scalar": value}
+    if isinstance(value, (tuple, list)) and all(isinstance(item, str) for item in value):
+        return {"strings": list(value)}
     raise TypeError(f"a question cannot carry a {type(value).__name__}")
 
 
 def _decode_input(wire: dict) -> Any:
-    return decode_array(wire["array"]) if "array" in wire else wire["scalar"]
+    if "array" in wire:
+        return decode_array(wire["array"])
+    return list(wire["strings"]) if "strings" in wire else wire["scalar"]
 
 
 def encode_questions(questions: list) -> str:
-    """The grader's questions as JSON text: ``[{"args": [...], "kwargs": {...}}, ...]``."""
+    """The grader's questions as JSON text: ``[{"args": [...], "kwargs": {...}}, ...]``.
+
+    An argument is an array, a number, a ``str``, None, or a list of ``str`` (tokens).
+    """
     return json.dumps([{"args": [_encode_input(a) for a in args],
                         "kwargs": {k: _encode_input(v) for k, v in kwargs.items()}}
                        for args, kwargs in questions], separators=(",", ":"))

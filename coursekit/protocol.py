@@ -4,6 +4,10 @@ The kernel's probe (``coursekit.probe``) writes answers in this format; the grad
 reader (``grader.wire``) reads them, trusting nothing. Both take the MIME type, the
 allowed dtypes and the limits from here, and the grader's decoded answers use the two
 non-data kinds defined here, :class:`Raised` and :class:`Unsupported`.
+
+An answer is an array (dtype, shape, base64 bytes), a sequence of answers, a ``text`` (one
+``str``) or ``strings`` (a list of ``str``: tokens, a vocabulary); notebook 11 answers in
+text. Text is valid Unicode (no lone surrogates), within ``MAX_TEXT`` characters.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ MAX_ITEMS = 16  # items of one sequence
 MAX_ANSWERS = 64  # answers in one payload
 MAX_MESSAGE = 300  # characters of an error message or an unsupported kind
 MAX_ELEMENTS = 4_000_000  # per array: far above any answer the course asks for
+MAX_TEXT = 200_000  # characters of one text, or of all the strings of one list together
+MAX_STRINGS = 20_000  # strings in one list: far above any vocabulary or token list asked for
 
 
 @dataclass(frozen=True)
@@ -51,3 +57,13 @@ def decode_array(wire: dict) -> np.ndarray:
     the grader reads the kernel's answers with ``grader.wire``, which checks everything."""
     raw = base64.b64decode(wire["data"], validate=True)
     return np.frombuffer(raw, dtype=np.dtype(wire["dtype"]).newbyteorder("<")).reshape(wire["shape"])
+
+
+def is_unicode(text: str) -> bool:
+    """``text`` is valid Unicode, so UTF-8 can carry it: no lone surrogate (``"\\ud800"``), which
+    ``bytes.decode(..., errors="surrogateescape")`` makes and no HTML page or terminal can show."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

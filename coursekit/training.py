@@ -1,14 +1,15 @@
-"""Time-budgeted training on a CPU, shared by notebooks 09 and 10.
+"""Training on a step budget on a CPU, shared by notebooks 09 and 10.
 
 Nothing here is an exercise: it is the plumbing around the learner's model.
 
-* ``grading()``: True while nbgrader executes the notebook (it sets
-  ``NBGRADER_EXECUTION``); notebooks then train for a few seconds only.
-* ``pick_threads()``: one torch thread unless two are measurably faster right now.
-  On a shared, loaded machine two OpenMP threads can be 5-10x *slower* than one.
-* ``train(step_fn, batches, seconds, ...)``: calls ``step_fn(batch) -> loss`` for each
-  batch with a tqdm progress bar and stops *before* a step that would overrun the
-  wall-clock budget. Returns a ``History`` (losses, learning rates, seconds).
+* ``grading()``: True while nbgrader executes the notebook (it sets ``NBGRADER_EXECUTION``);
+  the notebooks then do not train: the hidden checks load known weights.
+* ``train(step_fn, batches, steps, ...)``: calls ``step_fn(batch) -> loss`` for a fixed
+  number of batches, with one torch thread and a tqdm progress bar whose estimate of the
+  time left is the only thing the clock decides. Returns a ``History`` (losses, learning
+  rates, seconds). The same seeds and steps give the same model whatever the machine's
+  load or number of cores (a CPU with other vector instructions may still round the last
+  digits differently: torch picks its kernels by the instructions it finds).
 * ``exact_match(pred, ref, eos_id)`` and ``evaluate(decode_fn, src, ref, eos_id)``:
   whole-sentence accuracy of greedy translations.
 * ``init_weights(model)``, ``count_parameters(model)`` and ``recorded_attention(attention)``:
@@ -26,8 +27,14 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["History", "count_parameters", "evaluate", "exact_match", "grading", "init_weights", "pick_threads",
-           "recorded_attention", "train"]
+__all__ = ["THREADS", "History", "count_parameters", "evaluate", "exact_match", "grading", "init_weights",
+           "recorded_attention", "torch_threads", "train"]
+
+# Training and evaluation run on one torch thread. The count is part of the numerics: two
+# threads split a sum into two partial sums and add them in another order, so the same seed
+# gives other losses within a few steps (tests/test_training.py); and on a shared, busy
+# machine two OpenMP threads that wait for each other were ten times slower than one.
+THREADS = 1
 
 
 def grading() -> bool:
@@ -35,50 +42,16 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-def _matmul_seconds(threads: int, repeats: int = 10) -> float:
-    """Median time of a feed-forward-sized matmul + backward ((1536, 64) @ (64, 256)) with ``threads``."""
+@contextlib.contextmanager
+def torch_threads(threads: int = THREADS):
+    """Run the ``with`` block on ``threads`` torch threads (default ``THREADS``, 1), then
+    restore the count torch had before."""
+    before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(1536, 64, generator=g, requires_grad=True)
-    b = torch.randn(64, 256, generator=g)
-    times = []
-    for _ in range(repeats + 2):
-        start = time.perf_counter()
-        (a @ b).relu().sum().backward()
-        times.append(time.perf_counter() - start)
-    times = sorted(times[2:])
-    return times[len(times) // 2]
-
-
-def pick_threads(max_threads: int = 2, speedup: float = 1.3, verbose: bool = True) -> int:
-    """Set and return torch's thread count: 1, unless ``max_threads`` are safe and faster now.
-
-    More threads are tried only when the machine is idle enough that they will not fight
-    other processes for the cores (1-minute load average + max_threads <= cores + 0.5):
-    OpenMP threads that wait for a busy core make every step several times *slower*. Then
-    they must be ``speedup`` times faster on a small matmul + backward. The environment
-    variable ``COURSE_THREADS`` overrides both.
-    """
-    forced = os.environ.get("COURSE_THREADS")
-    if forced:
-        n = max(1, int(forced))
-        torch.set_num_threads(n)
-        return n
-    cores = os.cpu_count() or 1
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    best, reason = 1, f"load average {load:.1f} on {cores} cores"
-    if max_threads > 1 and cores > 1 and load + max_threads <= cores + 0.5:
-        one, more = _matmul_seconds(1), _matmul_seconds(max_threads)
-        if one / more >= speedup:
-            best = max_threads
-        reason += (f"; a test step took {1e3 * one:.1f} ms with 1 thread, {1e3 * more:.1f} ms with "
-                   f"{max_threads}")
-    elif max_threads > 1:
-        reason += ": more threads would wait for busy cores"
-    torch.set_num_threads(best)
-    if verbose:
-        print(f"torch threads: {best} ({reason})")
-    return best
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass
@@ -88,8 +61,7 @@ class History:
     losses: list[float] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)      # learning rate used by each step
     seconds: list[float] = field(default_factory=list)  # wall time since the start, after each step
-    threads: int = 1
-    stopped: str = ""                                    # "budget", "max_steps" or "batches"
+    threads: int = THREADS
 
     @property
     def steps(self) -> int:
@@ -97,7 +69,13 @@ class History:
 
     @property
     def wall(self) -> float:
+        """Seconds the steps took on this machine (the only number here that depends on it)."""
         return self.seconds[-1] if self.seconds else 0.0
+
+    @property
+    def ms_per_step(self) -> float:
+        """Mean wall time of a step in milliseconds on this machine (NaN before the first step)."""
+        return 1e3 * self.wall / self.steps if self.steps else math.nan
 
     def smoothed(self, window: int = 20) -> list[float]:
         """Running mean of the loss over the last ``window`` steps (for plots)."""
@@ -111,55 +89,49 @@ class History:
 
     def __repr__(self) -> str:
         last = f", last loss {self.losses[-1]:.3f}" if self.losses else ""
-        return (f"History({self.steps} steps in {self.wall:.1f} s, {self.threads} thread(s), "
-                f"stopped: {self.stopped or '-'}{last})")
+        return f"History({self.steps} steps{last}; {self.wall:.1f} s here, {self.ms_per_step:.0f} ms per step)"
 
 
-def train(step_fn: Callable[[Any], float], batches: Iterable, seconds: float,
-          max_steps: int | None = None, desc: str = "training",
+def train(step_fn: Callable[[Any], float], batches: Iterable, steps: int, desc: str = "training",
           optimizer: torch.optim.Optimizer | None = None, progress: bool = True,
-          postfix_every: int = 10) -> History:
-    """Run ``step_fn(batch)`` for each batch until the wall-clock budget is spent.
+          postfix_every: int = 10, threads: int = THREADS) -> History:
+    """Run ``step_fn(batch)`` on the next ``steps`` batches, on ``threads`` torch threads.
 
     step_fn:   does one optimisation step on ``batch`` and returns the loss (a float
                or a 0-d tensor); it owns the model, optimizer and scheduler.
-    batches:   any iterable (an endless generator is fine); training also stops when
-               it is exhausted.
-    seconds:   wall-clock budget. Training stops *before* a step that would overrun
-               it, judged by the duration of the previous step.
-    max_steps: optional cap on the number of steps.
+    batches:   any iterable (an endless generator is fine); training stops early only if
+               it runs out.
+    steps:     int >= 0, the number of steps: the budget. The clock never stops training;
+               the progress bar estimates the time left.
     optimizer: if given, the learning rate of its first parameter group is recorded
                before each step (so ``History.lrs[i]`` is the rate step i used).
+    threads:   torch's thread count during training (restored afterwards); fixed, because
+               it changes the order of float additions and hence the numbers.
+
+    Raises:
+        ValueError: ``steps`` is negative.
     """
-    history = History(threads=torch.get_num_threads())
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    history = History(threads=threads)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=max_steps, desc=desc, disable=not progress, mininterval=0.5,
+    bar = tqdm(total=steps, desc=desc, disable=not progress or steps == 0, mininterval=0.5,
                unit="step", dynamic_ncols=True)
     start = time.perf_counter()
-    last = 0.0
-    history.stopped = "batches"
     try:
-        for batch in batches:
-            elapsed = time.perf_counter() - start
-            if max_steps is not None and history.steps >= max_steps:
-                history.stopped = "max_steps"
-                break
-            if elapsed + last > seconds:
-                history.stopped = "budget"
-                break
-            lr = optimizer.param_groups[0]["lr"] if optimizer is not None else math.nan
-            t0 = time.perf_counter()
-            loss = float(step_fn(batch))
-            now = time.perf_counter()
-            last = now - t0
-            history.losses.append(loss)
-            history.lrs.append(float(lr))
-            history.seconds.append(now - start)
-            bar.update(1)
-            if history.steps % postfix_every == 0 or history.steps == 1:
-                recent = history.losses[-postfix_every:]
-                bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
+        with torch_threads(threads):
+            for _, batch in zip(range(steps), batches):
+                lr = optimizer.param_groups[0]["lr"] if optimizer is not None else math.nan
+                loss = step_fn(batch)
+                loss = float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+                history.losses.append(loss)
+                history.lrs.append(float(lr))
+                history.seconds.append(time.perf_counter() - start)
+                bar.update(1)
+                if history.steps % postfix_every == 0 or history.steps == 1:
+                    recent = history.losses[-postfix_every:]
+                    bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
     finally:
         bar.close()
     return history
@@ -182,17 +154,29 @@ def exact_match(pred: torch.Tensor, ref: torch.Tensor, eos_id: int) -> torch.Ten
 
 
 @torch.no_grad()
-def evaluate(decode_fn: Callable[[torch.Tensor], torch.Tensor], src: torch.Tensor,
-             ref: torch.Tensor, eos_id: int, batch_size: int = 500) -> tuple[float, torch.Tensor]:
-    """Exact-match accuracy of ``decode_fn(src_batch) -> pred`` over ``src`` in batches.
+def evaluate(decode_fn: Callable[[torch.Tensor], torch.Tensor], src: torch.Tensor, ref: torch.Tensor,
+             eos_id: int, batch_size: int = 500, pad_id: int = 0, threads: int = THREADS) -> tuple[float, torch.Tensor]:
+    """Exact-match accuracy of ``decode_fn(src_batch) -> pred`` over ``src``, on ``threads`` torch threads.
 
-    Returns (accuracy in [0, 1], (n,) bool tensor of which sentences were right).
+    src: (n, S) int64, right-padded with ``pad_id``; ref: (n, r) int64 references without BOS.
+    The sentences are decoded in batches of up to ``batch_size`` of about one source length
+    (sorted by it, padding columns trimmed): a batch of short sentences then stops decoding
+    early instead of waiting for the longest sentence of the split.
+
+    Returns (accuracy in [0, 1], NaN for no sentence; (n,) bool tensor of which sentences
+    were right, in the order of ``src``).
     """
-    right = []
-    for i in range(0, len(src), batch_size):
-        right.append(exact_match(decode_fn(src[i:i + batch_size]), ref[i:i + batch_size], eos_id))
-    right = torch.cat(right) if right else torch.zeros(0, dtype=torch.bool)
-    return (right.float().mean().item() if len(right) else math.nan), right
+    right = torch.zeros(len(src), dtype=torch.bool)
+    if not len(src):
+        return math.nan, right
+    lengths = (src != pad_id).sum(1)
+    order = torch.sort(lengths, stable=True).indices
+    with torch_threads(threads):
+        for i in range(0, len(src), batch_size):
+            rows = order[i:i + batch_size]
+            batch = src[rows][:, : max(int(lengths[rows].max()), 1)]
+            right[rows] = exact_match(decode_fn(batch), ref[rows], eos_id)
+    return right.float().mean().item(), right
 
 
 def init_weights(model: torch.nn.Module) -> torch.nn.Module:

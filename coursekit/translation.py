@@ -102,6 +102,18 @@ def particle(noun_ko: str, role: str) -> str:
     return with_b if has_batchim(noun_ko) else without_b
 
 
+def english_words(ko_token: str) -> set[str]:
+    """The English tokens that a Korean content token translates: a noun -> its noun, an
+    adjective -> its adjective, a verb form (finite, relative or -지) -> the verb's English
+    forms. Empty for particles, endings, negation and special tokens. (The lexicon read
+    backwards: the source words a row of an alignment picture should look at.)"""
+    found = {en for en, ko in [*NOUNS.items(), *ADJS.items()] if ko == ko_token}
+    for en_forms, finite, relative, ji in VERBS.values():
+        if ko_token in (*finite, *relative, ji):
+            found.update(en_forms)
+    return found
+
+
 # ---------------------------------------------------------------- sentence trees
 @dataclass(frozen=True)
 class NP:

@@ -1,11 +1,14 @@
 """Read-only cells assembled from other notebooks' cells at release: code written once.
 
 Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08,
-notebook 07's Encoder uses 05's positional encoding, and notebook 08's decoder 03's masks and
-05's encoding. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
-earlier notebooks' own solution cells into it (d2l's ``#@save``, done at release), rewrites
-the cells in ``solutions/`` and then lets nbgrader generate the student versions, so the
-instructor's source, the student version and ``nbgrader generate_assignment`` agree.
+notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's masks and
+05's encoding, notebook 10 trains its Transformer with 05's encoding and 09's loss and
+learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
+text through 11's byte-pair encoding. Their helper cells are not typed again: ``course-grader
+release`` (``make release``) copies the earlier notebooks' own cells into them (d2l's
+``#@save``, done at release), rewrites the cells in ``solutions/`` and then lets nbgrader
+generate the student versions, so the instructor's source, the student version and
+``nbgrader generate_assignment`` agree.
 
 Each piece is one cell (its nbgrader grade_id) of one source notebook, with nbgrader's
 solution markers dropped, or some top-level definitions of it. A numpy solution (notebooks
@@ -88,6 +91,50 @@ ASSEMBLIES = (
             Piece("07_encoder", "encoder-EncoderLayer"),
             Piece("03_masking", "masking-pytorch", names=("torch_attn_mask",)),
             Piece("08_decoder", "decoder-DecoderLayer"),
+        ),
+    ),
+    Assembly(
+        "10_seq2seq_rnn", "seq2seq_rnn-recipe-helpers",
+        "# Read-only helpers: the positional encoding of notebook 05, and the loss and learning-rate\n"
+        "# schedule of notebook 09, for the Transformer that trains beside the GRUs below.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
+            Piece("09_transformer", "transformer-label_smoothed_loss"),
+            Piece("09_transformer", "transformer-noam_lr"),
+        ),
+    ),
+    Assembly(
+        "12_gpt", "gpt-bpe-helpers",
+        "# Read-only helpers: byte-pair encoding, your solutions of notebook 11, with its helpers cell.\n"
+        "# Generated, do not edit: made by `make release` from the cells named below;\n"
+        "# change a piece there and release again.",
+        (
+            Piece("11_tokenization", "tokenization-helpers"),
+            Piece("11_tokenization", "tokenization-count_pairs"),
+            Piece("11_tokenization", "tokenization-merge_pair"),
+            Piece("11_tokenization", "tokenization-train_bpe"),
+            Piece("11_tokenization", "tokenization-bpe_encode"),
+            Piece("11_tokenization", "tokenization-bpe_decode"),
+        ),
+    ),
+    Assembly(
+        "12_gpt", "gpt-model-helpers",
+        "# Read-only helpers: the pieces of notebooks 03, 06 and 07 that a GPT block is made of.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "# Mask convention of this course: True = may attend.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+            Piece("06_multi_head", "multi_head-split_heads"),
+            Piece("06_multi_head", "multi_head-merge_heads"),
+            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+            Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+            Piece("06_multi_head", "multi_head-load_torch_weights"),
+            Piece("07_encoder", "encoder-sublayer_connection"),
         ),
     ),
 )

@@ -189,7 +189,8 @@ def check_places(exercise_id: str) -> list[Place]:
         found = _unwrapped_source(spec.reference)
         if found:
             places.append(Place("reference", *found))
-    mistakes = getattr(spec, "mistakes", None)
+    # a spec's catalogue holds its mistakes and one per wrong setting of its knobs
+    mistakes = spec.catalogue() if callable(getattr(spec, "catalogue", None)) else getattr(spec, "mistakes", None)
     if mistakes is not None:
         names = _names(mistakes)
         found = spec_location(spec, ("mistakes",)) or by_id or (module, 1)

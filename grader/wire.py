@@ -2,8 +2,9 @@
 
 The payload comes from a process that runs student code, so it is treated as
 hostile input: JSON only (never pickle), a closed set of dtypes, shapes that must
-match the bytes, caps on sizes and nesting. Anything else makes the exercise's
-answers unreadable, which earns nothing; it never raises into the grader.
+match the bytes, caps on sizes and nesting, text that is valid Unicode within its caps.
+Anything else makes the exercise's answers unreadable, which earns nothing; it never
+raises into the grader.
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import math
 
 import numpy as np
 
-from coursekit.protocol import (DTYPES, MAX_ANSWERS, MAX_DEPTH, MAX_ELEMENTS, MAX_ITEMS, MAX_MESSAGE,
-                                Raised, Unsupported)
+from coursekit.protocol import (DTYPES, MAX_ANSWERS, MAX_DEPTH, MAX_ELEMENTS, MAX_ITEMS, MAX_MESSAGE, MAX_STRINGS,
+                                MAX_TEXT, Raised, Unsupported, is_unicode)
 
 
 class Unreadable(ValueError):
@@ -46,12 +47,31 @@ def _array(wire: object) -> np.ndarray:
     return np.frombuffer(raw, dtype=kind).reshape(shape).astype(np.dtype(dtype), copy=True)
 
 
+def _text(body: object) -> str:
+    if type(body) is not str or len(body) > MAX_TEXT or not is_unicode(body):
+        raise Unreadable(f"text must be a string of at most {MAX_TEXT} characters, valid Unicode")
+    return body
+
+
+def _strings(body: object) -> tuple[str, ...]:
+    if not isinstance(body, list) or len(body) > MAX_STRINGS:
+        raise Unreadable(f"strings must be a list of at most {MAX_STRINGS} items")
+    texts = tuple(map(_text, body))
+    if sum(map(len, texts)) > MAX_TEXT:
+        raise Unreadable(f"strings hold more than {MAX_TEXT} characters in all")
+    return texts
+
+
 def _value(wire: object, depth: int = 0) -> object:
     if not isinstance(wire, dict) or len(wire) != 1:
-        raise Unreadable("a value must be one of array, sequence or unsupported")
+        raise Unreadable("a value must be one of array, sequence, text, strings or unsupported")
     (kind, body), = wire.items()
     if kind == "array":
         return _array(body)
+    if kind == "text":
+        return _text(body)
+    if kind == "strings":
+        return _strings(body)
     if kind == "sequence":
         if depth >= MAX_DEPTH or not isinstance(body, list) or len(body) > MAX_ITEMS:
             raise Unreadable("sequence too deep or too long")
@@ -62,7 +82,8 @@ def _value(wire: object, depth: int = 0) -> object:
 
 
 def decode_payload(payload: object, exercise_id: str) -> list[object]:
-    """The answers in one payload, as arrays, tuples, :class:`Raised` or :class:`Unsupported`.
+    """The answers in one payload, as arrays, tuples, text (``str``; ``strings`` as a tuple of
+    ``str``), :class:`Raised` or :class:`Unsupported`.
 
     Raises:
         Unreadable: the payload is not an answer to ``exercise_id`` in the wire format.

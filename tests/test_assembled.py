@@ -1,8 +1,10 @@
-"""The helper cells of notebooks 07, 08 and 09 are the earlier notebooks' own code, assembled
-at release (grader/assembled.py), in the instructor's source and in the student version."""
+"""The helper cells of notebooks 07, 08, 09 and 10 are the earlier notebooks' own code,
+assembled at release (grader/assembled.py), in the instructor's source and in the student
+version."""
 from __future__ import annotations
 
 import ast
+import math
 import re
 import shutil
 
@@ -50,7 +52,12 @@ def _cell_code(assignment: str, grade_id: str) -> str:
 COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal_encoding", "sublayer_connection",
                                                       "EncoderLayer", "torch_attn_mask", "DecoderLayer"],
           ("07_encoder", "encoder-helpers"): ["sinusoidal_encoding"],
-          ("08_decoder", "decoder-helpers"): ["causal_mask", "torch_attn_mask", "sinusoidal_encoding"]}
+          ("08_decoder", "decoder-helpers"): ["causal_mask", "torch_attn_mask", "sinusoidal_encoding"],
+          ("10_seq2seq_rnn", "seq2seq_rnn-recipe-helpers"): ["sinusoidal_encoding", "label_smoothed_loss", "noam_lr"],
+          ("12_gpt", "gpt-bpe-helpers"): ["pretokenize", "learned_tokens", "shown", "token_name", "count_pairs",
+                                          "merge_pair", "train_bpe", "bpe_encode", "bpe_decode"],
+          ("12_gpt", "gpt-model-helpers"): ["causal_mask", "split_heads", "merge_heads", "scaled_dot_product_attention",
+                                            "MultiHeadAttention", "load_torch_weights", "sublayer_connection"]}
 
 
 def test_every_assembled_cell_is_tested():
@@ -70,7 +77,8 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
     copied = []
     for head, after in zip(heads, heads[1:] + [None]):
         section = source[head.end():after.start() if after else len(source)]
-        earlier = _definitions(_cell_code(head["assignment"], head["cell"]))
+        earlier_code = _cell_code(head["assignment"], head["cell"])
+        earlier = _definitions(earlier_code)
         mine = _definitions(section)
         assert mine, f"{head['cell']}: no definition under its header"
         for name, text in mine.items():
@@ -80,9 +88,10 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
         wanted = some[1].split(", ") if some else list(earlier)        # otherwise all of the cell
         assert list(mine) == wanted, f"{head['cell']}: {list(mine)} copied, {wanted} named"
         others = [n for n in ast.parse(section).body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-        for node in others:        # the only code the assembly adds: a numpy function made to return tensors
-            line = ast.get_source_segment(section, node)
-            assert WRAP.match(line) and WRAP.match(line)["name"] in mine, f"{head['cell']}: {line!r} is not copied"
+        for node in others:        # imports and constants of a whole cell, copied; or the one line the
+            line = ast.get_source_segment(section, node)   # assembly adds: a numpy function made to return tensors
+            wrapped = WRAP.match(line) and WRAP.match(line)["name"] in mine
+            assert wrapped or (not some and line in earlier_code), f"{head['cell']}: {line!r} is not copied"
         copied += mine
     assert copied == COPIES[assignment, grade_id]
 
@@ -91,19 +100,33 @@ def test_the_sources_are_up_to_date():
     assert assembled.stale() == [], "an assembled cell is out of date: run `make release` and commit solutions/"
 
 
-def test_release_copies_a_changed_piece(tmp_path):
-    """Change notebook 07's EncoderLayer in a copy of solutions/: assembling rewrites 09's helper cell."""
-    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {"09_transformer"}:
+# a piece changed in its own notebook -> the assembled cell that must follow it
+CHANGES = {
+    "07's EncoderLayer -> 09": ("07_encoder", "encoder-EncoderLayer", "        x = sublayer_connection(x, attend",
+                                "09_transformer", "transformer-helpers"),
+    "09's label_smoothed_loss -> 10": ("09_transformer", "transformer-label_smoothed_loss", "    keep = target != pad_id",
+                                       "10_seq2seq_rnn", "seq2seq_rnn-recipe-helpers"),
+    "11's train_bpe -> 12": ("11_tokenization", "tokenization-train_bpe", "        merges.append(best)",
+                             "12_gpt", "gpt-bpe-helpers"),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_release_copies_a_changed_piece(tmp_path, change):
+    """Change a piece in a copy of solutions/: assembling rewrites the cell that copies it, and only that one."""
+    source, piece_cell, line, target, target_cell = CHANGES[change]
+    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {
+            a.assignment for a in assembled.ASSEMBLIES}:
         shutil.copytree(course.SOLUTIONS / assignment, tmp_path / assignment)
-    path = tmp_path / "07_encoder" / "07_encoder.ipynb"
+    path = tmp_path / source / f"{source}.ipynb"
     nb = nbformat.read(path, as_version=4)
-    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "encoder-EncoderLayer"]
-    cell.source = cell.source.replace("        x = sublayer_connection(x, attend",
-                                      "        # a changed line\n        x = sublayer_connection(x, attend")
+    [cell] = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == piece_cell]
+    assert line in cell.source
+    cell.source = cell.source.replace(line, "    # a changed line\n" + line)
     nbformat.write(nb, path)
-    assert assembled.stale(tmp_path) == ["09_transformer:transformer-helpers"]
-    assert assembled.update_sources(tmp_path) == [tmp_path / "09_transformer" / "09_transformer.ipynb"]
-    assert "        # a changed line\n" in _helper_cell(tmp_path)
+    assert assembled.stale(tmp_path) == [f"{target}:{target_cell}"]
+    assert assembled.update_sources(tmp_path) == [tmp_path / target / f"{target}.ipynb"]
+    assert "    # a changed line\n" in _helper_cell(tmp_path, target, target_cell)
     assert assembled.stale(tmp_path) == [] and assembled.update_sources(tmp_path) == []
 
 
@@ -127,6 +150,35 @@ def test_the_numpy_pieces_return_tensors_of_notebook_05_s_values(assignment):
     ignore = ns["torch_attn_mask"](torch.stack([mask, mask.T]), heads=3)   # (batch 2, 4, 4) -> (2 * 3, 4, 4)
     assert ignore.shape == (6, 4, 4) and torch.equal(ignore[:3], ~mask.expand(3, 4, 4))
     assert torch.equal(ignore[3:], ~mask.T.expand(3, 4, 4)) and ns["torch_attn_mask"](None, 3) is None
+
+
+def test_notebook_10_trains_with_notebook_09_s_loss_and_schedule():
+    """10's Transformer learns with 09's label_smoothed_loss (no mass on <pad>), not
+    F.cross_entropy(label_smoothing=0.1), and with 09's noam_lr."""
+    ns10, ns09 = solution_namespace("10_seq2seq_rnn"), solution_namespace("09_transformer")
+    torch.manual_seed(0)
+    logits, target = torch.randn(2, 5, 7), torch.tensor([[3, 1, 4, 2, 0], [2, 6, 5, 0, 0]])
+    assert torch.equal(ns10["label_smoothed_loss"](logits, target, 0, 0.1),
+                       ns09["label_smoothed_loss"](logits, target, 0, 0.1))
+    assert ns10["noam_lr"](37, 64, 100, 0.5) == ns09["noam_lr"](37, 64, 100, 0.5)
+    pe = ns10["sinusoidal_encoding"](7, 6)
+    assert pe.dtype == torch.float32
+
+    class Stand_in(torch.nn.Module):                     # logits that do not depend on the batch
+        def __init__(self):
+            super().__init__()
+            self.logits = torch.nn.Parameter(logits.clone())
+
+        def forward(self, src, tgt_in):
+            return self.logits
+
+    model = Stand_in()
+    loss = ns10["make_step"](model, torch.optim.SGD(model.parameters(), lr=0.0))((None, None, target))
+    expected = ns09["label_smoothed_loss"](logits, target, 0, 0.1).item()
+    assert loss == expected, "make_step trains with label_smoothed_loss(logits, tgt_out, PAD_ID, 0.1)"
+    smoothed_over_pad = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), target.reshape(-1),
+                                                          ignore_index=0, label_smoothing=0.1).item()
+    assert not math.isclose(loss, smoothed_over_pad, rel_tol=1e-4)
 
 
 def test_recorded_attention_gives_the_weights_of_each_call():

@@ -8,7 +8,8 @@ import pytest
 from nbformat import NotebookNode
 
 from coursekit.probe import MIME, collect, encode_array
-from grader.checks import Raised, Unsupported, public_seed, questions
+from coursekit.protocol import MAX_STRINGS, MAX_TEXT
+from grader.checks import Raised, Unsupported, public_seed, questions, verdict
 from grader.verify import _hidden_calls, judge_cell, seed_for
 from grader.wire import Unreadable, decode_payload
 
@@ -40,6 +41,42 @@ def test_lists_of_number_rows_are_arrays_and_lists_of_arrays_are_sequences():
     assert isinstance(two, tuple) and two[1].shape == (2, 2)
 
 
+def test_text_and_lists_of_strings_travel_as_text():
+    """Notebook 11's answers: a str, a list of tokens; a tuple of token lists (merges)."""
+    class Shouty(str):
+        def __eq__(self, other):
+            return True
+
+    value = ["▁고기", "를", "<0xEA>"]
+    payload = collect(EXERCISE, lambda x: x, [(["나는 고기를\n먹었다"], {}), ([value], {}), ([(value, ("a",))], {}),
+                                              ([Shouty("dog")], {}), ([[Shouty("a"), "b"]], {})])
+    text, tokens, merges, plain, listed = decode_payload(payload, EXERCISE)
+    assert text == "나는 고기를\n먹었다" and tokens == tuple(value) and merges == (tuple(value), ("a",))
+    assert type(plain) is str and plain == "dog" and plain != "cat"  # the characters, not the subclass
+    assert listed == ("a", "b") and all(type(t) is str for t in listed)
+
+
+@pytest.mark.parametrize("returned,kind", [
+    ("\ud800", "not valid Unicode"),                         # bytes.decode(errors="surrogateescape")
+    (["a", "\udcff"], "not valid Unicode"),
+    ("x" * (MAX_TEXT + 1), "characters"),
+    (["ab"] * (MAX_STRINGS + 1), "strings"),
+    (["x" * 1000] * (MAX_TEXT // 1000 + 1), "characters in all"),
+])
+def test_text_that_cannot_travel_is_unsupported_not_an_error(returned, kind):
+    (got,) = decode_payload(collect(EXERCISE, lambda: returned, [([], {})]), EXERCISE)
+    assert isinstance(got, Unsupported) and kind in got.kind
+
+
+def test_text_is_never_taken_for_a_number():
+    """A forged (or honest) "12.0" for a numeric exercise is not the array 12.0."""
+    seed = public_seed(EXERCISE)
+    right = _right_payload(seed)
+    forged = {"exercise": EXERCISE, "answers": [{"value": {"text": "12.0"}}] * len(right["answers"])}
+    message = verdict(EXERCISE, seed, decode_payload(forged, EXERCISE))
+    assert message and "should be a numpy array or torch tensor, but it is a str" in message
+
+
 def test_errors_and_non_data_are_reported_not_trusted():
     class EqualsAnything:
         def __eq__(self, other):
@@ -65,6 +102,17 @@ def test_errors_and_non_data_are_reported_not_trusted():
     {"value": {"sequence": [{"sequence": [{"sequence": [{"sequence": []}]}]}]}},
     {"verdict": "passed"},
     "passed",
+    {"value": {"text": 12}},                                  # text is a JSON string, nothing else
+    {"value": {"text": ["a"]}},
+    {"value": {"text": "\ud800"}},                            # a lone surrogate: no page can show it
+    {"value": {"text": "x" * (MAX_TEXT + 1)}},
+    {"value": {"strings": "abc"}},
+    {"value": {"strings": ["a", 1]}},
+    {"value": {"strings": [["a"]]}},
+    {"value": {"strings": ["a", "\udfff"]}},
+    {"value": {"strings": ["a"] * (MAX_STRINGS + 1)}},
+    {"value": {"strings": ["x" * 1000] * (MAX_TEXT // 1000 + 1)}},
+    {"value": {"text": "a", "strings": ["a"]}},
 ])
 def test_malformed_answers_are_unreadable(answer):
     with pytest.raises(Unreadable):
@@ -127,6 +175,16 @@ def test_questions_carry_arrays_numbers_and_keywords():
     got = collect(EXERCISE, lambda x, n, mask, axis, scale: x.sum() * n + mask.sum() + axis,
                   [(args, kwargs)])
     assert decode_payload(got, EXERCISE)[0] == 12.0
+
+
+def test_questions_carry_text_and_lists_of_strings():
+    from coursekit.probe import decode_questions, encode_questions
+
+    (args, kwargs), = decode_questions(encode_questions([(["고기를 먹었다", ("▁고", "기")], {"tokens": ["a", "b"],
+                                                                                       "empty": ()})]))
+    assert args == ["고기를 먹었다", ["▁고", "기"]] and kwargs == {"tokens": ["a", "b"], "empty": []}
+    with pytest.raises(TypeError, match="cannot carry a list"):
+        encode_questions([([["a", 1]], {})])
 
 
 def test_only_the_exact_hidden_call_is_rewritten():

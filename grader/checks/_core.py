@@ -420,7 +420,10 @@ def _agrees(spec: Spec, call: Call, given: object, wrong: object) -> bool:
 
 def _equal(a: object, b: object, rtol: float, atol: float, nan: bool = False) -> bool:
     """Two decoded answers are the same data, within tolerance (``nan``: NaN equals NaN,
-    for comparing an answer with a mistake's, which may be NaN where the learner's is)."""
+    for comparing an answer with a mistake's, which may be NaN where the learner's is);
+    text (notebook 11's tokens) only when it is the same characters."""
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
     if isinstance(a, tuple) or isinstance(b, tuple):
         return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
                 and all(_equal(x, y, rtol, atol, nan) for x, y in zip(a, b)))
@@ -799,9 +802,11 @@ def to_array(answer: object, what: str) -> np.ndarray:
     """A decoded answer as a float64 array.
 
     Raises:
-        CheckFailed: the answer is an error, a tuple or not numeric.
+        CheckFailed: the answer is an error, a tuple or not numeric (text included).
     """
     answer = value(answer, what)
+    if isinstance(answer, str):  # text is data for the exercises on text, never a number ("12.0")
+        raise CheckFailed(f"{what} should be a numpy array or torch tensor, but it is a str")
     if isinstance(answer, tuple):
         raise CheckFailed(f"{what} should be one array, but it is a tuple or list of {len(answer)} "
                           "items: return one array (np.stack or np.array of them)")

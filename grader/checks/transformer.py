@@ -48,9 +48,16 @@ def _param_shapes(cfg: dict) -> list:
 
 
 def _draw_params(rng, cfg):
+    return draw_weights(rng, _param_shapes(cfg))
+
+
+def draw_weights(rng, shapes) -> dict:
+    """Weights (name -> array) for ``shapes`` [(name, shape), ...] of the scale a trained model has:
+    layer norms near 1 with a bias (a norm ignores a plain scale), embeddings of norm ~1, matrices of
+    gain ~1 (notebook 12's model draws its weights here too)."""
     p = {}
-    for name, shape in _param_shapes(cfg):
-        if ".norm" in name:
+    for name, shape in shapes:
+        if "norm" in name:
             p[name] = (1.0 if name.endswith(".weight") else 0.0) + rng.normal(scale=0.2, size=shape)
         elif "embed" in name:
             p[name] = rng.normal(scale=0.5, size=shape)

@@ -1,0 +1,323 @@
+"""Drivers of notebook 12 (gpt): build, load by name, call, hand back tensors.
+
+They hold no reference and no secret; the grader judges what comes back. Their error
+messages reach the learner as the diagnosis, so they name what to create or fix.
+
+- ``gpt.block``: a ``Block`` class, built with dropout 0.3, loaded with the grader's
+  parameters by name (attn.W_q ... attn.W_o, norm1, norm2, linear1, linear2), called twice
+  in eval mode.
+- ``gpt.model``: a ``GPT`` class, built with dropout 0.3 and ``tie_weights`` as asked, loaded
+  by name (tok_embed, pos_embed, blocks.<i>..., norm, and lm_head when not tied), called twice
+  in eval mode; it also reports whether lm_head shares tok_embed's weight.
+- ``gpt.evaluation``: a ``perplexity`` function, handed a bigram stand-in language model
+  (``BigramLM``) with dropout, left in training mode, and a list of batches.
+- ``gpt.cached``: a ``forward_cached`` function, handed the parts of a GPT (``parts_of``:
+  modules without a forward of their own) and fed a prompt, then one token at a time.
+- ``gpt.beam``: a ``beam_search`` function, handed a bigram stand-in language model.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from .transformer import _unpack
+
+# what to write in __init__ for the owner of each parameter (the first part of its name)
+_CREATE = {
+    "attn": "self.attn = MultiHeadAttention(d_model, heads) (notebook 06's, in the helper cell)",
+    "norm1": "self.norm1 = nn.LayerNorm(d_model)",
+    "norm2": "self.norm2 = nn.LayerNorm(d_model)",
+    "linear1": "self.linear1 = nn.Linear(d_model, d_ff)",
+    "linear2": "self.linear2 = nn.Linear(d_ff, d_model)",
+    "tok_embed": "self.tok_embed = nn.Embedding(vocab_size, d_model)",
+    "pos_embed": "self.pos_embed = nn.Embedding(max_len, d_model) (learned positions, one row per position)",
+    "blocks": "self.blocks = nn.ModuleList([Block(d_model, heads, d_ff, dropout) for _ in range(layers)])",
+    "norm": "self.norm = nn.LayerNorm(d_model) (the final norm)",
+    "lm_head": "self.lm_head = nn.Linear(d_model, vocab_size, bias=False)",
+}
+TIE = "tie them with self.lm_head.weight = self.tok_embed.weight (one nn.Parameter, not a copy)"
+
+
+def _how(name: str) -> str:
+    """Where and how to create the owner of parameter ``name`` (kept short: the kernel cuts long messages)."""
+    parts = name.split(".")
+    if parts[0] == "blocks" and len(parts) > 2 and parts[2] in _CREATE:
+        return f"in Block.__init__ as {_CREATE[parts[2]]}"
+    return f"in __init__ as {_CREATE[parts[0]]}" if parts[0] in _CREATE else "as the docstring says"
+
+
+def load_by_name(module: Any, arrays: dict, owner: str) -> None:
+    """Copy ``arrays`` (dotted name -> array) into ``module``'s parameters of those names.
+
+    A parameter may have several names (tied weights: lm_head.weight is tok_embed.weight);
+    it is loaded through the one name the grader sends. One-line errors name what to create
+    when a name is missing or misshaped, when two names the grader sends share one tensor
+    (one Block object repeated, or weights tied that should not be), and when a parameter
+    has no name the grader sends (an extra layer, a bias, an untied lm_head).
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{owner} is not a torch.nn.Module: subclass nn.Module and call super().__init__() first")
+    names: dict[int, list[str]] = {}
+    params = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+        params[name] = p
+    for key, array in arrays.items():
+        if key not in params:
+            raise AttributeError(f"{owner} has no parameter {key}: create it {_how(key)}")
+        if tuple(params[key].shape) != tuple(np.shape(array)):
+            raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(array))}, but it has "
+                             f"{tuple(params[key].shape)}: {_how(key)}")
+    for group in names.values():
+        sent = [n for n in group if n in arrays]
+        if len(sent) > 1:
+            if {n.split(".")[0] for n in sent} == {"tok_embed", "lm_head"}:
+                raise ValueError(f"{owner}: lm_head.weight is tok_embed.weight, but tie_weights=False: tie them "
+                                 "only when tie_weights is True")
+            raise ValueError(f"{owner}: {sent[0]} and {sent[1]} are one tensor. Give every block its own "
+                             "parameters: a new Block per layer, nn.ModuleList([Block(...) for _ in range(layers)])")
+        if not sent:
+            extra = group[0]
+            hint = TIE if extra == "lm_head.weight" else "use only the layers the docstring names"
+            raise ValueError(f"{owner} has a parameter the docstring does not name, {extra}: {hint}")
+    with torch.no_grad():
+        for key, array in arrays.items():
+            params[key].copy_(torch.as_tensor(np.asarray(array), dtype=params[key].dtype))
+
+
+def _built(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    if not isinstance(cls, type):
+        raise TypeError(f"it should be a class (an nn.Module subclass), but it is a {type(cls).__name__}")
+    return cls(*args, **kwargs)
+
+
+def block(cls: Any) -> Any:
+    """A Block class -> fn(spec, flat, x) returning forward(x) twice in eval mode, as float32
+    (batch, seq_len, d_model) tensors.
+
+    spec is JSON with d_model, heads, d_ff and the parameters' names and shapes; flat holds
+    their values in order. Builds ``cls(d_model, heads, d_ff, dropout=0.3)``.
+    """
+    import torch
+
+    def run(spec, flat, x):
+        config = json.loads(spec)
+        sizes = [int(config[k]) for k in ("d_model", "heads", "d_ff")]
+        module = _built(cls, *sizes, dropout=0.3)
+        owner = cls.__name__   # (the grader's diagnosis names the sizes)
+        load_by_name(module, _unpack(spec, flat), owner)
+        module.eval()
+        x = torch.tensor(x, dtype=torch.float32)
+        with torch.no_grad():
+            return module(x), module(x)
+
+    return run
+
+
+def model(cls: Any) -> Any:
+    """A GPT class -> fn(spec, flat, ids) returning (logits, logits again, [lm_head shares
+    tok_embed's weight, number of parameters]) in eval mode; logits (batch, seq_len, vocab_size).
+
+    spec is JSON with the constructor's sizes, tie_weights and the parameters' names and shapes.
+    Builds ``cls(vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights=..., dropout=0.3)``.
+    """
+    import torch
+
+    def run(spec, flat, ids):
+        config = json.loads(spec)
+        sizes = [int(config[k]) for k in ("vocab_size", "d_model", "heads", "d_ff", "layers", "max_len")]
+        tie = bool(config["tie_weights"])
+        module = _built(cls, *sizes, tie_weights=tie, dropout=0.3)
+        owner = cls.__name__   # (the grader's diagnosis names the sizes)
+        load_by_name(module, _unpack(spec, flat), owner)
+        module.eval()
+        ids = torch.tensor(ids, dtype=torch.int64)
+        head, embed = getattr(module, "lm_head", None), getattr(module, "tok_embed", None)
+        tied = getattr(head, "weight", None) is not None and getattr(head, "weight", None) is getattr(embed, "weight", 0)
+        count = sum(p.numel() for p in module.parameters())
+        with torch.no_grad():
+            return module(ids), module(ids), np.array([tied, count], dtype=np.int64)
+
+    return run
+
+
+# ---------------------------------------------------------------- perplexity
+
+def _bigram(table: np.ndarray, dropout: float):
+    import torch
+
+    class BigramLM(torch.nn.Module):
+        """A stand-in language model: the logits after token t are row t of a fixed table,
+        with dropout on them in training mode. It records the mode of each call."""
+
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.tensor(table, dtype=torch.float32))
+            self.dropout = torch.nn.Dropout(dropout)
+            self.modes: list[bool] = []
+
+        def forward(self, ids):
+            self.modes.append(self.training)
+            return self.dropout(self.table[ids])
+
+    return BigramLM()
+
+
+def _batches(ids: np.ndarray, shapes: np.ndarray) -> list:
+    """The batches packed in ``ids`` (n, rows, cols), each cut to its (rows, cols) in ``shapes``."""
+    import torch
+
+    return [torch.tensor(ids[i, :r, :c], dtype=torch.int64) for i, (r, c) in enumerate(shapes.tolist())]
+
+
+def evaluation(fn: Any) -> Any:
+    """A perplexity function -> fn(table, ids, shapes, pad_id) returning (the perplexity as a
+    float64 array, [the model was in training mode at some call, calls]) for a ``BigramLM``
+    with dropout 0.5, handed over in training mode, and the batches packed in ids."""
+    import torch
+
+    def run(table, ids, shapes, pad_id):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        lm = _bigram(table, 0.5)
+        lm.train()
+        torch.manual_seed(0)   # a learner who leaves dropout on gets the same draws as the catalogue
+        value = fn(lm, _batches(ids, shapes), int(pad_id))
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+        if value is None:
+            raise TypeError("perplexity returns nothing (None): is a `return` missing? It returns one number")
+        if isinstance(value, (tuple, list, dict, str)):
+            raise TypeError(f"perplexity should return one number (a float), not a {type(value).__name__}")
+        return np.asarray(float(value)), np.array([any(lm.modes), len(lm.modes)], dtype=np.int64)
+
+    return run
+
+
+# ---------------------------------------------------------------- the KV cache
+
+def _parts(torch: Any):
+    class Parts(torch.nn.Module):
+        """A GPT or Block holding its layers only: forward_cached runs the parts itself."""
+
+        def forward(self, *args, **kwargs):
+            raise TypeError("forward_cached calls the model's parts (model.tok_embed, block.attn.W_q, "
+                            "block.norm1, ...), not model(...) or block(...)")
+
+    return Parts
+
+
+def parts_of(config: dict, arrays: dict):
+    """A GPT's parts as plain modules with the notebook's names, loaded with ``arrays``:
+    tok_embed, pos_embed, blocks[i] (attn with W_q, W_k, W_v, W_o and the ints d_model,
+    heads, d_k; norm1, norm2, linear1, linear2), norm, lm_head tied to tok_embed. Calling the
+    model or a block raises TypeError: only the parts compute."""
+    import torch
+    from torch import nn
+
+    Parts = _parts(torch)
+    d, h, f = (int(config[k]) for k in ("d_model", "heads", "d_ff"))
+    gpt = Parts()
+    gpt.tok_embed = nn.Embedding(int(config["vocab_size"]), d)
+    gpt.pos_embed = nn.Embedding(int(config["max_len"]), d)
+    gpt.blocks = nn.ModuleList()
+    for _ in range(int(config["layers"])):
+        layer = Parts()
+        layer.attn = nn.Module()
+        layer.attn.d_model, layer.attn.heads, layer.attn.d_k = d, h, d // h
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(layer.attn, name, nn.Linear(d, d))
+        layer.norm1, layer.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        layer.linear1, layer.linear2 = nn.Linear(d, f), nn.Linear(f, d)
+        gpt.blocks.append(layer)
+    gpt.norm = nn.LayerNorm(d)
+    gpt.lm_head = nn.Linear(d, int(config["vocab_size"]), bias=False)
+    gpt.lm_head.weight = gpt.tok_embed.weight
+    load_by_name(gpt, arrays, "the model")
+    return gpt.eval()
+
+
+def _cache_shapes(cache: Any) -> np.ndarray:
+    """(layers, 2, 4): the shape of each layer's keys and values, -1 where one is not a 4-d tensor."""
+    import torch
+
+    if not isinstance(cache, (list, tuple)):
+        raise TypeError(f"forward_cached should return (logits, cache) with cache a list of (keys, values) per "
+                        f"block, but the cache is a {type(cache).__name__}")
+    out = np.full((len(cache), 2, 4), -1, dtype=np.int64)
+    for i, pair in enumerate(cache):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise TypeError("each item of the cache should be one block's (keys, values)")
+        for j, t in enumerate(pair):
+            if isinstance(t, torch.Tensor) and t.dim() == 4:
+                out[i, j] = t.shape
+    return out
+
+
+def cached(fn: Any) -> Any:
+    """A forward_cached function -> fn(spec, flat, ids, chunks) returning (the logits of every
+    position, concatenated over the calls (batch, seq_len, vocab_size); the shapes of the cache
+    after each call (calls, layers, 2, 4)).
+
+    The parts of a GPT (``parts_of``) are loaded with the grader's weights; the first call gets
+    ``ids[:, :chunks[0]]`` and no cache, each later call the next ``chunks[i]`` tokens and the
+    cache the previous call returned.
+    """
+    import torch
+
+    def run(spec, flat, ids, chunks):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        gpt = parts_of(json.loads(spec), _unpack(spec, flat))
+        ids = torch.tensor(ids, dtype=torch.int64)
+        logits, shapes, cache, start = [], [], None, 0
+        with torch.no_grad():
+            for size in np.asarray(chunks).tolist():
+                answer = fn(gpt, ids[:, start:start + size], cache)
+                if answer is None:
+                    raise TypeError("forward_cached returns nothing (None): is a `return` missing? It returns "
+                                    "(logits, cache)")
+                if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+                    raise TypeError("forward_cached should return a pair (logits, cache)")
+                step, cache = answer
+                if not isinstance(step, torch.Tensor) or step.dim() != 3 or step.shape[1] != size:
+                    shape = tuple(step.shape) if isinstance(step, torch.Tensor) else type(step).__name__
+                    raise ValueError(f"forward_cached(model, ids, cache) for ids of {size} new token(s) returned "
+                                     f"logits of shape {shape}; expected (batch, {size}, vocab_size): the logits "
+                                     "of every new position")
+                logits.append(step)
+                shapes.append(_cache_shapes(cache))
+                start += size
+        return torch.cat(logits, dim=1), np.stack(shapes)
+
+    return run
+
+
+# ---------------------------------------------------------------- beam search
+
+def beam(fn: Any) -> Any:
+    """A beam_search function -> fn(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
+    returning (tokens, score) for a bigram stand-in model (no dropout) whose logits after token t
+    are row t of ``table``."""
+    import torch
+
+    def run(table, prompt, beam_size, max_new_tokens, eos_id, alpha):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        lm = _bigram(table, 0.0).eval()
+        answer = fn(lm, torch.tensor(prompt, dtype=torch.int64), int(beam_size), int(max_new_tokens),
+                    int(eos_id), float(alpha))
+        if answer is None:
+            raise TypeError("beam_search returns nothing (None): is a `return` missing? It returns (tokens, score)")
+        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+            raise TypeError("beam_search should return a pair (tokens, score)")
+        tokens, score = answer
+        if isinstance(score, torch.Tensor):
+            score = score.detach()
+        return torch.as_tensor(tokens), np.asarray(float(score))
+
+    return run

@@ -1,0 +1,852 @@
+"""Hidden checks of notebook 12, gpt: the pre-norm block, the decoder-only model with tied
+weights, the next-token loss, perplexity, the sampling distribution (temperature, top-k,
+top-p), the KV cache and beam search with a length penalty.
+
+The references are learner-style torch code (``reference/gpt.py``), run through the same
+drivers as the learner's (``coursekit/drivers/gpt.py``): the block and the model are loaded
+with the weights drawn here by name; perplexity and beam search get a bigram stand-in model
+whose logits are a drawn table; the KV cache gets the parts of a GPT with drawn weights.
+
+Sizes are pairwise distinct (batch 2, heads 3, d_k 4, sequence length 5 or 6, vocabulary 11)
+so that a swapped axis raises or shows. Inputs are drawn without ties: top-k and top-p cut
+nowhere near a tie, and beam search never compares two equal scores.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Spec, _explain_raised, catalogued,
+                    judge_case, to_array, value)
+from .reference import gpt as ref
+from .reference.multi_head import merge_heads, scaled_dot_product_attention, split_heads
+from .transformer import _tokens, draw_weights
+
+DEEP_ATOL = 1e-4  # stacks of blocks in float32
+
+
+# ---------------------------------------------------------------- weights by name
+
+def _block_shapes(d: int, f: int, prefix: str = "") -> list:
+    attn = [(f"{prefix}attn.{w}.{p}", (d, d) if p == "weight" else (d,))
+            for w in ("W_q", "W_k", "W_v", "W_o") for p in ("weight", "bias")]
+    return attn + [(f"{prefix}norm1.weight", (d,)), (f"{prefix}norm1.bias", (d,)),
+                   (f"{prefix}norm2.weight", (d,)), (f"{prefix}norm2.bias", (d,)),
+                   (f"{prefix}linear1.weight", (f, d)), (f"{prefix}linear1.bias", (f,)),
+                   (f"{prefix}linear2.weight", (d, f)), (f"{prefix}linear2.bias", (d,))]
+
+
+def _model_shapes(cfg: dict) -> list:
+    d, v = cfg["d_model"], cfg["vocab_size"]
+    shapes = [("tok_embed.weight", (v, d)), ("pos_embed.weight", (cfg["max_len"], d))]
+    for i in range(cfg["layers"]):
+        shapes += _block_shapes(d, cfg["d_ff"], f"blocks.{i}.")
+    shapes += [("norm.weight", (d,)), ("norm.bias", (d,))]
+    return shapes + ([] if cfg["tie_weights"] else [("lm_head.weight", (v, d))])
+
+
+def _packed(cfg: dict, shapes: list, p: dict) -> tuple[str, np.ndarray]:
+    spec = json.dumps({**cfg, "params": [[n, list(s)] for n, s in shapes]})
+    return spec, np.concatenate([p[n].ravel() for n, _ in shapes])
+
+
+def _first(answer: object, call: Call, what: str) -> np.ndarray:
+    """The first of the two outputs the drivers hand back (module called twice in eval mode)."""
+    if not isinstance(answer, tuple) or len(answer) < 2:
+        raise CheckFailed(f"{what}: expected one tensor")
+    return to_array(answer[0], what)
+
+
+def _same_twice(case: Case) -> None:
+    """Two calls in eval mode must agree, or dropout is still on."""
+    a, b = (to_array(x, case.what) for x in case.answer[:2])
+    if a.shape != b.shape or not np.allclose(a, b, rtol=case.spec.rtol, atol=case.spec.atol, equal_nan=True):
+        case.fail("two calls in eval mode gave different outputs, so dropout is still on in eval mode. Use "
+                  "nn.Dropout modules (model.eval() switches them off), or F.dropout(x, p, training=self.training)")
+
+
+NAN_MASK = ("NaN in the output: some query has no key left. Does the causal mask hide the diagonal (a position "
+            "must see itself: torch.tril(ones, diagonal=0)), or is it inverted (the course's masks: True = may "
+            "attend)?")
+
+
+# ---------------------------------------------------------------- the block
+
+def _block_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for d, h, f, shape in [(12, 3, 20, (2, 5)), (10, 2, 6, (3, 4))]:
+        shapes = _block_shapes(d, f)
+        spec, flat = _packed(dict(d_model=d, heads=h, d_ff=f), shapes, draw_weights(rng, shapes))
+        x = rng.normal(size=shape + (d,))
+        what = f"Block(d_model={d}, heads={h}, d_ff={f})(x) for x {x.shape}"
+        asked.append(Call((spec, flat, x), what=what))
+    return asked
+
+
+_MASKS = {"causal": 0, "one_ahead": 1, "hides_diagonal": -1}
+
+
+def _block_variant(norm="pre", mask="causal", activation="gelu", residual=True):
+    """A Block with some of its choices wrong (the spec's knobs)."""
+    act = {"gelu": F.gelu, "relu": torch.relu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh")}[activation]
+
+    class Block(ref.Block):
+        def mask(self, length):
+            if mask == "none":
+                return None
+            return torch.tril(torch.ones(length, length, dtype=torch.bool), diagonal=_MASKS[mask])
+
+        def mlp(self, h):
+            return self.dropout(self.linear2(self.dropout(act(self.linear1(h)))))
+
+        def forward(self, x):
+            for sublayer, layer_norm in ((self.attend, self.norm1), (self.mlp, self.norm2)):
+                if norm == "post":
+                    x = layer_norm(x + sublayer(x))
+                else:
+                    x = (x if residual else 0) + sublayer(layer_norm(x))
+            return x
+
+    return Block
+
+
+def _judge_block(case: Case) -> None:
+    _explain_raised(case)
+    value(case.answer, case.what)
+    if isinstance(case.answer, tuple) and len(case.answer) == 2:
+        _same_twice(case)
+    judge_case(case)
+
+
+class _FunctionalDropoutBlock(ref.Block):
+    def attend(self, h):
+        return F.dropout(self.attn(h, h, h, self.mask(h.shape[1]))[0], 0.3)
+
+
+class _TorchAttentionBlock(ref.Block):
+    def __init__(self, d_model, heads, d_ff, dropout=0.0):
+        super().__init__(d_model, heads, d_ff, dropout)
+        self.attn = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+
+
+BLOCK = Spec(
+    id="gpt-Block",
+    function="Block",
+    driver="gpt.block",
+    inputs=_block_calls,
+    reference=ref.Block,
+    prepare=_first,
+    judge=_judge_block,
+    atol=DEEP_ATOL,
+    variant=_block_variant,
+    knobs=(
+        Knob("norm", (("post", "it normalizes after the residual sum, norm(x + sublayer(x)): the 2017 paper's "
+                               "post-norm. This block is pre-norm, as in GPT-2: x + sublayer(norm(x))"),)),
+        Knob("mask", (("none", "the self-attention has no causal mask, so position t reads the tokens after it. "
+                               "Pass causal_mask(seq_len) to self.attn"),
+                      ("one_ahead", "the causal mask lets each position see one token ahead (torch.tril(..., "
+                                    "diagonal=1)): position t may attend to positions 0 ... t only"))),
+        Knob("activation", (("relu", "the feed-forward network uses ReLU; GPT uses GELU: F.gelu(x), as "
+                                     "torch's TransformerEncoderLayer(activation='gelu')"),
+                            ("tanh_gelu", "the feed-forward network uses the tanh approximation of GELU "
+                                          "(GPT-2's code); this block uses the exact GELU, F.gelu(x), as "
+                                          "torch's TransformerEncoderLayer(activation='gelu')"))),
+        Knob("residual", ((False, "there is no residual connection: x + sublayer(norm(x)), not sublayer(norm(x))"),)),
+    ),
+    hints=(
+        Hint(NAN_MASK, lambda got, call: bool(np.isnan(got).any()), example=_block_variant(mask="hides_diagonal")),
+    ),
+    errors=(
+        Raises("{what}: the grader could not load its weights into your Block: {error}",
+               match="has no parameter|should have shape|one tensor|does not name",
+               example=_TorchAttentionBlock),
+    ),
+    diagnosed=(
+        Mistake("functional_dropout", "dropout is still on in eval mode", _FunctionalDropoutBlock),
+    ),
+)
+
+
+# ---------------------------------------------------------------- the model
+
+def _model_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg, ids_shape in [
+        (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=9, tie_weights=True), (2, 6)),
+        (dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=1, max_len=7, tie_weights=False), (3, 5)),
+    ]:
+        shapes = _model_shapes(cfg)
+        spec, flat = _packed(cfg, shapes, draw_weights(rng, shapes))
+        ids = rng.integers(0, cfg["vocab_size"], size=ids_shape).astype(np.int64)
+        what = (f"GPT(vocab_size={cfg['vocab_size']}, d_model={cfg['d_model']}, heads={cfg['heads']}, "
+                f"d_ff={cfg['d_ff']}, layers={cfg['layers']}, max_len={cfg['max_len']}, "
+                f"tie_weights={cfg['tie_weights']})(ids) for ids {ids.shape}")
+        asked.append(Call((spec, flat, ids), what=what))
+    spec, flat, _ = asked[0].args
+    long = rng.integers(0, 11, size=(1, 10)).astype(np.int64)
+    asked.append(Call((spec, flat, long), raises="ValueError",
+                      what="GPT(..., max_len=9)(ids) for ids of 10 tokens, longer than max_len"))
+    return asked
+
+
+def _model_variant(positions="learned", scale=False, final_norm=True):
+    """A GPT with some of its choices wrong (the spec's knobs)."""
+
+    class GPT(ref.GPT):
+        def positions(self, length):
+            return torch.arange(1, length + 1) if positions == "from_one" else torch.arange(length)
+
+        def embed(self, ids):
+            tokens = self.tok_embed(ids) * (math.sqrt(self.tok_embed.embedding_dim) if scale else 1.0)
+            return tokens + (0 if positions == "none" else self.pos_embed(self.positions(ids.shape[1])))
+
+        def head(self, x):
+            return self.lm_head(self.norm(x) if final_norm else x)
+
+    return GPT
+
+
+def _after_head(fn):
+    class GPT(ref.GPT):
+        def head(self, x):
+            return fn(ref.GPT.head(self, x))
+
+    return GPT
+
+
+def _logits(answer: object, call: Call, what: str) -> np.ndarray:
+    if not isinstance(answer, tuple) or len(answer) != 3:
+        raise CheckFailed(f"{what}: expected the logits, one tensor (batch, seq_len, vocab_size)")
+    return to_array(answer[0], what)
+
+
+def _judge_model(case: Case) -> None:
+    """Dropout in eval mode and tying first, then the logits (the catalogue)."""
+    if case.call.raises:
+        message = getattr(case.answer, "message", "")
+        if isinstance(case.answer, Raised) and not message.startswith(("ValueError", "NotImplementedError")):
+            case.fail(f"raised {message}: check the length first, and raise ValueError for a sequence longer than "
+                      "max_len (pos_embed has no row for position max_len)")
+        return judge_case(case)
+    _explain_raised(case)
+    value(case.answer, case.what)
+    _logits(case.answer, case.call, case.what)
+    _same_twice(case)
+    tied, count = (int(v) for v in np.asarray(case.answer[2]).reshape(-1)[:2])
+    want_tied, want_count = (int(v) for v in np.asarray(case.expected[2]).reshape(-1)[:2])
+    if tied != want_tied:
+        case.fail("lm_head.weight should " + ("" if want_tied else "not ") + "be tok_embed.weight" +
+                  (": with tie_weights=True, self.lm_head.weight = self.tok_embed.weight" if want_tied else
+                   ": tie only when tie_weights is True"))
+    if count != want_count:
+        case.fail(f"the model has {count} parameters; expected {want_count}")
+    judge_case(case)
+
+
+class _SharedBlocks(ref.GPT):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.blocks = torch.nn.ModuleList([self.blocks[0]] * len(self.blocks))
+
+
+class _CopiedHead(ref.GPT):
+    def __init__(self, *args, tie_weights=True, **kwargs):
+        super().__init__(*args, tie_weights=False, **kwargs)
+        if tie_weights:
+            with torch.no_grad():
+                self.lm_head.weight.copy_(self.tok_embed.weight)  # a copy at the start, two tensors after
+
+
+class _FunctionalDropoutModel(ref.GPT):
+    def embed(self, ids):
+        return F.dropout(super().embed(ids), 0.3)
+
+
+class _SinusoidalModel(ref.GPT):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.pos_embed
+
+
+class _NoLengthCheck(ref.GPT):
+    def forward(self, ids):
+        x = self.dropout(self.embed(ids))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+GPT = Spec(
+    id="gpt-GPT",
+    function="GPT",
+    driver="gpt.model",
+    inputs=_model_calls,
+    reference=ref.GPT,
+    prepare=_logits,
+    judge=_judge_model,
+    atol=DEEP_ATOL,
+    depends=("gpt-Block",),
+    variant=_model_variant,
+    knobs=(
+        Knob("positions", (("none", "there are no positions: add pos_embed(torch.arange(seq_len)) to the token "
+                                    "embeddings, or the model cannot tell word order"),
+                           ("from_one", "the positions start at 1: the first token is position 0, "
+                                        "pos_embed(torch.arange(seq_len))"))),
+        Knob("scale", ((True, "the token embeddings are multiplied by sqrt(d_model) (notebook 09's encoder-decoder "
+                              "did, as the 2017 paper); GPT adds tok_embed(ids) + pos_embed(positions) as they are"),)),
+        Knob("final_norm", ((False, "there is no final layer norm: with pre-norm blocks the residual stream is never "
+                                    "normalized, so apply self.norm to it before lm_head"),)),
+    ),
+    mistakes=(
+        Mistake("probabilities", "it returns probabilities (a softmax of the logits): return lm_head's raw logits; "
+                "the loss applies log_softmax itself", _after_head(lambda z: z.softmax(-1))),
+        Mistake("log_probabilities", "it returns log-probabilities: return lm_head's raw logits; the loss applies "
+                "log_softmax itself", _after_head(lambda z: z.log_softmax(-1))),
+        Mistake("blocks_without_mask", "position t sees the tokens after it: the blocks' self-attention has no causal "
+                "mask (see Block)", type("GPT", (ref.GPT,), {"block": _block_variant(mask="none")})),
+        Mistake("blocks_post_norm", "the blocks normalize after the residual sum (post-norm); GPT's blocks are "
+                "pre-norm, x + sublayer(norm(x)) (see Block)", type("GPT", (ref.GPT,), {"block": _block_variant(norm="post")})),
+    ),
+    errors=(
+        Raises("{what}: the grader could not load its weights into your model: {error}",
+               match="has no parameter|should have shape|one tensor|does not name|lm_head.weight is tok_embed",
+               example=_SharedBlocks),
+    ),
+    diagnosed=(
+        Mistake("copied_head", "self.lm_head.weight = self.tok_embed.weight (one nn.Parameter, not a copy)",
+                _CopiedHead),
+        Mistake("sinusoidal_positions", "has no parameter pos_embed.weight", _SinusoidalModel),
+        Mistake("functional_dropout", "dropout is still on in eval mode", _FunctionalDropoutModel),
+        Mistake("no_length_check", "raise ValueError for a sequence longer than max_len", _NoLengthCheck),
+    ),
+)
+
+
+# ---------------------------------------------------------------- the next-token loss
+
+def _loss_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for batch, length, vocab, pad, lengths in [(3, 6, 7, 0, (6, 3, 5)), (2, 5, 9, 4, (5, 2))]:
+        logits = rng.normal(scale=2.0, size=(batch, length, vocab))
+        ids = _tokens(rng, batch, length, vocab, pad, lengths)
+        what = f"next_token_loss(logits {logits.shape}, ids {ids.shape}, pad_id={pad})"
+        asked.append(Call((logits, ids, pad), what=what))
+    return asked
+
+
+def _loss_variant(shift="right", pad="ignored", reduction="tokens"):
+    """next_token_loss with some of its choices wrong (the spec's knobs)."""
+
+    def next_token_loss(logits, ids, pad_id):
+        z, target = {"right": (logits[:, :-1], ids[:, 1:]), "none": (logits, ids),
+                     "reversed": (logits[:, 1:], ids[:, :-1])}[shift]
+        ignore = {"ignored": pad_id, "counted": -100, "zero": 0}[pad]
+        per_token = F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="none")
+        kept = target != ignore
+        if reduction == "sum":
+            return per_token.sum()
+        if reduction == "sentences":
+            return torch.stack([row[k].mean() for row, k in zip(per_token, kept) if k.any()]).mean()
+        return per_token[kept].mean()
+
+    return next_token_loss
+
+
+def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
+    arr = to_array(answer, what)
+    if arr.shape not in ((), (1,)):
+        raise CheckFailed(f"{what} should be a scalar (a 0-d tensor), but it has shape {arr.shape}: average "
+                          "over the predicted tokens")
+    return arr.reshape(())
+
+
+NEXT_TOKEN_LOSS = Spec(
+    id="gpt-next_token_loss",
+    function="next_token_loss",
+    driver="tensors",
+    inputs=_loss_calls,
+    reference=ref.next_token_loss,
+    prepare=_scalar,
+    variant=_loss_variant,
+    knobs=(
+        Knob("shift", (("none", "the targets are not shifted: position t is scored on token t, the token it "
+                                "already reads, so the model learns to copy. Position t predicts token t + 1: "
+                                "compare logits[:, :-1] with ids[:, 1:]"),
+                       ("reversed", "the shift is reversed: logits[:, 1:] against ids[:, :-1] scores each "
+                                    "position on the token before it. Compare logits[:, :-1] with ids[:, 1:]"))),
+        Knob("pad", (("counted", "the padding targets count: ignore the targets equal to pad_id "
+                                 "(F.cross_entropy(..., ignore_index=pad_id))"),
+                     ("zero", "it ignores token 0, not pad_id: pass ignore_index=pad_id"))),
+        Knob("reduction", (("sum", "it sums over the tokens; take the mean over the predicted (non-padding) tokens"),
+                           ("sentences", "it averages per sentence, then over sentences; average over all "
+                                         "predicted tokens of the batch at once"))),
+    ),
+    hints=(
+        Hint("a cross-entropy is never negative: take the log-probabilities, F.log_softmax(logits, -1), or pass the raw "
+             "logits to F.cross_entropy", lambda got, call: bool(np.all(got < 0)),
+             example=lambda logits, ids, pad_id: F.nll_loss(logits[:, :-1].softmax(-1).transpose(1, 2), ids[:, 1:],
+                                                             ignore_index=pad_id)),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the logits and the targets must lose one position each, logits[:, :-1] "
+               "(no prediction after the last token) and ids[:, 1:] (no prediction of the first)",
+               match="batch_size|size of tensor|shape",
+               example=lambda logits, ids, pad_id: F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                                                   ids.reshape(-1), ignore_index=pad_id)),
+    ),
+)
+
+
+# ---------------------------------------------------------------- perplexity
+
+def _perplexity_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for vocab, pad, shapes, lengths in [
+        (7, 0, [(2, 6), (3, 4), (1, 7)], [(6, 2), (4, 4, 3), (7,)]),
+        (6, 3, [(3, 5), (2, 3)], [(5, 2, 4), (3, 3)]),
+    ]:
+        table = rng.normal(scale=1.5, size=(vocab, vocab))
+        packed = np.full((len(shapes), 3, 7), pad, dtype=np.int64)
+        for i, ((rows, cols), lens) in enumerate(zip(shapes, lengths)):
+            packed[i, :rows, :cols] = _tokens(rng, rows, cols, vocab, pad, lens)
+        sizes = np.array(shapes, dtype=np.int64)
+        what = (f"perplexity(model, batches, pad_id={pad}) for {len(shapes)} batches of shapes "
+                f"{', '.join(str(s) for s in shapes)}, on a stand-in model")
+        asked.append(Call((table, packed, sizes, pad), what=what))
+    return asked
+
+
+def _perplexity_variant(weighting="tokens", pad="ignored", shift="right", base="e", evaluate=True):
+    """perplexity with some of its choices wrong (the spec's knobs)."""
+
+    @torch.no_grad()
+    def perplexity(model, batches, pad_id):
+        if evaluate:
+            model.eval()
+        losses, counts = [], []
+        for ids in batches:
+            logits = model(ids)
+            z, target = (logits[:, :-1], ids[:, 1:]) if shift == "right" else (logits, ids)
+            ignore = pad_id if pad == "ignored" else -100
+            losses.append(F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="sum").item())
+            counts.append(int((target != ignore).sum()))
+        exp = math.exp if base == "e" else lambda x: 2.0 ** x
+        if weighting == "batches":
+            return exp(sum(loss / n for loss, n in zip(losses, counts)) / len(losses))
+        if weighting == "perplexities":
+            return sum(exp(loss / n) for loss, n in zip(losses, counts)) / len(losses)
+        return exp(sum(losses) / sum(counts))
+
+    return perplexity
+
+
+def _ppl(answer: object, call: Call, what: str) -> np.ndarray:
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        raise CheckFailed(f"{what}: expected one number")
+    return to_array(answer[0], what).reshape(())
+
+
+def _judge_perplexity(case: Case) -> None:
+    _explain_raised(case)
+    value(case.answer, case.what)
+    training, calls = (int(v) for v in np.asarray(case.answer[1]).reshape(-1)[:2])
+    batches = len(case.call.args[2])
+    if training:
+        case.fail("the model was in training mode, so dropout was on: call model.eval() first (the notebook "
+                  "measures perplexity right after training)")
+    if calls != batches:
+        case.fail(f"it called the model {calls} times for {batches} batches: once per batch")
+    judge_case(case)
+
+
+PERPLEXITY = Spec(
+    id="gpt-perplexity",
+    function="perplexity",
+    driver="gpt.evaluation",
+    inputs=_perplexity_calls,
+    reference=ref.perplexity,
+    prepare=_ppl,
+    judge=_judge_perplexity,
+    rtol=1e-5,
+    depends=("gpt-next_token_loss",),
+    variant=_perplexity_variant,
+    knobs=(
+        Knob("weighting", (("batches", "it averages the batches' mean losses, so a batch of few tokens weighs as "
+                                       "much as a large one: sum the negative log-likelihoods of all tokens, divide "
+                                       "by the number of predicted tokens, then exp"),
+                           ("perplexities", "it averages the batches' perplexities: perplexity is the exp of the "
+                                            "mean loss over ALL predicted tokens, exp(total NLL / tokens)"))),
+        Knob("pad", (("counted", "the padding targets count as predicted tokens: leave out the targets equal to "
+                                 "pad_id, from the losses and from the count"),)),
+        Knob("shift", (("none", "it scores position t on token t, not t + 1: the predicted tokens are ids[:, 1:], "
+                                "against logits[:, :-1]"),)),
+        Knob("base", (("two", "it raises 2 to a loss in nats: exp(loss) with natural logarithms (or 2 ** loss "
+                              "with the loss in bits, the same number)"),)),
+    ),
+    mistakes=(
+        Mistake("mean_loss", "it returns the mean loss; perplexity is its exponential, exp(total NLL / tokens)",
+                lambda model, batches, pad_id: math.log(ref.perplexity(model, batches, pad_id))),
+    ),
+    diagnosed=(
+        Mistake("no_eval", "call model.eval() first", _perplexity_variant(evaluate=False)),
+        Mistake("twice", "once per batch", lambda model, batches, pad_id: (
+            model.eval(), [model(ids) for ids in batches], ref.perplexity(model, batches, pad_id))[2]),
+    ),
+)
+
+
+# ---------------------------------------------------------------- the sampling distribution
+
+def _cut_far_from(probs: np.ndarray, top_p: float) -> bool:
+    """Every row's sorted cumulative sums stay 0.03 away from top_p, and its first token is below it."""
+    sums = np.cumsum(-np.sort(-probs, axis=-1), axis=-1)
+    return bool(np.all(np.abs(sums - top_p) > 0.03) and np.all(sums[:, 0] < top_p - 0.03))
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _probs_calls(rng: np.random.Generator) -> list[Call]:
+    def logits(shape, temperature, top_k, top_p, scale):
+        while True:  # no ties, and no cumulative sum near top_p: the cut is not a rounding question
+            z = rng.normal(scale=scale, size=shape)
+            kept = z / temperature
+            if top_k is not None:
+                kept = np.where(kept >= np.sort(kept, -1)[:, -top_k][:, None], kept, -np.inf)
+            if top_p is None or _cut_far_from(_softmax(kept), top_p):
+                return z
+
+    asked = []
+    for shape, t, k, p, scale in [((2, 7), 0.6, None, None, 1.5), ((3, 8), 1.5, 3, None, 1.5),
+                                  ((2, 9), 1.0, None, 0.75, 1.5), ((3, 6), 0.8, 4, 0.6, 1.5), ((2, 5), 1.2, 5, None, 1.5),
+                                  ((4, 10), 2.0, 6, 0.85, 1.5),
+                                  # flat: top-p before top-k would keep all three of top-k, after it only two
+                                  ((2, 12), 0.5, 3, 0.5, 0.2)]:
+        z = logits(shape, t, k, p, scale)
+        what = f"next_token_probs(logits {shape}, temperature={t}, top_k={k}, top_p={p})"
+        asked.append(Call((z,), dict(temperature=t, top_k=k, top_p=p), what=what))
+    asked.append(Call((rng.normal(size=(2, 5)),), dict(temperature=0.0, top_k=None, top_p=None), raises="ValueError",
+                      what="next_token_probs(logits, temperature=0)"))
+    return asked
+
+
+def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="keep_crossing", order="k_first"):
+    """next_token_probs with some of its choices wrong (the spec's knobs)."""
+    rule = dict(temperature=temperature, top_k=top_k, renormalise=renormalise, top_p=top_p, order=order)
+
+    def cut_top_k(z, k):
+        if k is None or k >= z.shape[-1]:
+            return z
+        kept = k + 1 if rule["top_k"] == "k_plus_one" else k
+        kth = torch.topk(z, min(kept, z.shape[-1]), dim=-1).values[..., -1:]
+        return z.masked_fill(z < kth, float("-inf"))
+
+    def kept_by_top_p(probs, p):
+        if p is None:
+            return torch.ones_like(probs, dtype=torch.bool)
+        if rule["top_p"] == "vocab_order":
+            return torch.cumsum(probs, dim=-1) - probs < p
+        sorted_probs, order_ = torch.sort(probs, dim=-1, descending=True)
+        sums = torch.cumsum(sorted_probs, dim=-1)
+        keep = sums - sorted_probs < p if rule["top_p"] == "keep_crossing" else sums < p
+        return torch.zeros_like(keep).scatter(-1, order_, keep)
+
+    def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        z = {"divide": logits / temperature, "multiply": logits * temperature,
+             "after_softmax": logits}[rule["temperature"]]
+        if rule["order"] == "p_first" and top_p is not None:
+            z = z.masked_fill(~kept_by_top_p(torch.softmax(z, -1), top_p), float("-inf"))
+            top_p = None
+        cut = cut_top_k(z, top_k)
+        if rule["renormalise"] == "none":          # the cut tokens zeroed in the uncut softmax
+            probs = torch.softmax(z, -1) * (cut > float("-inf"))
+        else:
+            probs = torch.softmax(cut, -1)
+        if rule["temperature"] == "after_softmax":
+            probs = probs / temperature
+        probs = probs * kept_by_top_p(probs, top_p)
+        if rule["renormalise"] == "none":
+            return probs
+        if rule["renormalise"] == "softmax_again":
+            return torch.softmax(probs, -1)
+        return probs / probs.sum(-1, keepdim=True)
+
+    return next_token_probs
+
+
+NEXT_TOKEN_PROBS = Spec(
+    id="gpt-next_token_probs",
+    function="next_token_probs",
+    driver="tensors",
+    inputs=_probs_calls,
+    reference=ref.next_token_probs,
+    variant=_probs_variant,
+    knobs=(
+        Knob("temperature", (("after_softmax", "the temperature is applied after the softmax, where renormalising "
+                                               "undoes it: divide the logits by the temperature, then softmax"),
+                             ("multiply", "it multiplies the logits by the temperature: divide them, logits / "
+                                          "temperature (a low temperature sharpens the distribution)"))),
+        Knob("top_k", (("k_plus_one", "top-k keeps k + 1 tokens: keep the k largest logits, "
+                                      "torch.topk(z, k).values[..., -1:] is the k-th"),)),
+        Knob("renormalise", (("none", "the kept probabilities are not renormalised: after a cut they sum to less "
+                                      "than 1; divide by their sum (or softmax the kept logits)"),
+                             ("softmax_again", "it applies softmax to probabilities: renormalise the kept "
+                                               "probabilities by dividing by their sum"))),
+        Knob("top_p", (("exclude_crossing", "top-p drops the token whose cumulative probability crosses top_p: "
+                                            "keep every token whose more probable tokens sum to less than top_p, "
+                                            "the crossing one included"),
+                       ("vocab_order", "top-p sums the probabilities in vocabulary order: sort them, most "
+                                       "probable first, before the cumulative sum"))),
+        Knob("order", (("p_first", "top-p is applied before top-k: cut top-k first, renormalise, then apply top-p "
+                                   "to that distribution"),)),
+    ),
+    hints=(
+        Hint("NaN in the probabilities: a row kept no token (0 / 0). Top-p must keep the token whose cumulative "
+             "probability crosses top_p, so at least the most probable token stays",
+             lambda got, call: bool(np.isnan(got).any()),
+             example=lambda logits, temperature=1.0, top_k=None, top_p=None: ref.next_token_probs(
+                 logits, temperature, top_k, top_p) * (float("nan") if top_p else 1.0)),
+        Hint("the rows do not sum to 1: renormalise the kept probabilities",
+             lambda got, call: bool(np.any(np.abs(got.sum(-1) - 1) > 1e-4)),
+             example=lambda logits, temperature=1.0, top_k=None, top_p=None: 0.9 * ref.next_token_probs(
+                 logits, temperature, top_k, top_p)),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the probabilities are of the last axis, one row per sequence; "
+               "softmax(z, dim=-1)", match="dimension|out of range",
+               example=lambda logits, temperature=1.0, top_k=None, top_p=None: torch.softmax(logits, dim=2)),
+    ),
+)
+
+
+# ---------------------------------------------------------------- the KV cache
+
+def _cache_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg, batch, chunks in [
+        (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, tie_weights=True), 2, (3, 1, 2, 1)),
+        (dict(vocab_size=9, d_model=8, heads=2, d_ff=10, layers=1, max_len=16, tie_weights=True), 3, (1, 2, 1, 1)),
+    ]:
+        shapes = _model_shapes(cfg)
+        spec, flat = _packed(cfg, shapes, draw_weights(rng, shapes))
+        ids = rng.integers(0, cfg["vocab_size"], size=(batch, sum(chunks))).astype(np.int64)
+        what = (f"forward_cached(model, ids, cache) on a GPT(d_model={cfg['d_model']}, heads={cfg['heads']}, "
+                f"layers={cfg['layers']}) fed {' + '.join(map(str, chunks))} tokens")
+        asked.append(Call((spec, flat, ids, np.array(chunks, dtype=np.int64)), what=what))
+    return asked
+
+
+def _cache_variant(positions="offset", append="once", mask="offset"):
+    """forward_cached with some of its choices wrong (the spec's knobs)."""
+
+    def forward_cached(model, ids, cache=None):
+        past = 0 if not cache else cache[0][0].shape[2]
+        length = ids.shape[1]
+        first = past if positions == "offset" else 0
+        x = model.tok_embed(ids) + model.pos_embed(torch.arange(first, first + length))
+        new_cache = []
+        for i, block in enumerate(model.blocks):
+            attn = block.attn
+            h = block.norm1(x)
+            q, k_new, v_new = (split_heads(layer(h), attn.heads) for layer in (attn.W_q, attn.W_k, attn.W_v))
+            k, v = k_new, v_new
+            if cache:
+                k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+            total = k.shape[2]
+            if mask == "none":
+                allowed = None
+            else:
+                allowed = torch.ones(length, total, dtype=torch.bool).tril(
+                    diagonal=total - length if mask == "offset" else 0)
+            out, _ = scaled_dot_product_attention(q, k, v, allowed)
+            x = x + attn.W_o(merge_heads(out))
+            x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+            if append == "twice":
+                new_cache.append((torch.cat([k, k_new], dim=2), torch.cat([v, v_new], dim=2)))
+            elif append == "new_only":
+                new_cache.append((k_new, v_new))
+            else:
+                new_cache.append((k, v))
+        return model.lm_head(model.norm(x)), new_cache
+
+    return forward_cached
+
+
+def _cached_logits(answer: object, call: Call, what: str) -> np.ndarray:
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        raise CheckFailed(f"{what}: expected the logits and the cache")
+    return to_array(answer[0], what)
+
+
+def _judge_cache(case: Case) -> None:
+    """The logits of every position first (the catalogue), then the cache's shapes."""
+    _explain_raised(case)
+    value(case.answer, case.what)
+    judge_case(case)
+    shapes, expected = np.asarray(case.answer[1]), np.asarray(case.expected[1])
+    if shapes.shape != expected.shape or not np.array_equal(shapes, expected):
+        chunks = np.asarray(case.call.args[3])
+        case.fail(f"the logits are right, but the cache has other shapes than (keys, values) of (batch, heads, "
+                  f"positions so far, d_k) per block: after {chunks[0]} token(s) expected {tuple(expected[0, 0, 0])}, "
+                  f"got {tuple(shapes[0, 0, 0]) if shapes.ndim == 4 and len(shapes) else shapes.shape}")
+
+
+FORWARD_CACHED = Spec(
+    id="gpt-forward_cached",
+    function="forward_cached",
+    driver="gpt.cached",
+    inputs=_cache_calls,
+    reference=ref.forward_cached,
+    prepare=_cached_logits,
+    judge=_judge_cache,
+    atol=DEEP_ATOL,
+    variant=_cache_variant,
+    knobs=(
+        Knob("positions", (("restart", "the new tokens get positions 0, 1, ... again: after `past` cached tokens "
+                                       "they are at past, past + 1, ...: pos_embed(torch.arange(past, past + t))"),)),
+        Knob("append", (("twice", "the new keys and values are appended twice: the cache for the next call is "
+                                  "the concatenation itself, torch.cat([past_keys, new_keys], dim=2), not that with "
+                                  "the new keys added again"),
+                        ("new_only", "the cache returned holds only the new keys and values, so the next call "
+                                     "forgets the earlier positions: return the concatenation of the past and the "
+                                     "new ones"))),
+        Knob("mask", (("none", "several new tokens in one call see each other's future: mask with new token i "
+                               "attending to keys 0 ... past + i, torch.ones(t, past + t).tril(diagonal=past)"),
+                      ("not_offset", "the causal mask is not shifted by the cached length: new token i may attend "
+                                     "to keys 0 ... past + i, torch.ones(t, past + t).tril(diagonal=past)"))),
+    ),
+    errors=(
+        Raises("{what} raised {error}: concatenate the cached and the new keys (and values) along the positions "
+               "axis, dim=2 of (batch, heads, positions, d_k)", match="Sizes of tensors must match|size of tensor",
+               example=lambda model, ids, cache=None: _cache_variant()(model, ids, None if not cache else [
+                   (k.transpose(1, 2), v) for k, v in cache])),
+        Raises("{what} raised {error}", match="not model\\(\\.\\.\\.\\)",
+               example=lambda model, ids, cache=None: (model(ids), cache)),
+    ),
+    diagnosed=(
+        Mistake("last_only", "the logits of every new position",
+                lambda model, ids, cache=None: (lambda out: (out[0][:, -1:], out[1]))(ref.forward_cached(
+                    model, ids, cache)) if ids.shape[1] > 1 else ref.forward_cached(model, ids, cache)),
+    ),
+)
+
+
+# ---------------------------------------------------------------- beam search
+
+def _beam_calls(rng: np.random.Generator) -> list[Call]:
+    """A bigram stand-in model per call. The first is built so that greedy decoding is worse:
+    after the prompt, token 3 is the most probable, but every continuation of 3 is unlikely,
+    while 4 is followed by 5 with high probability. The others are drawn, with EOS likely
+    enough that hypotheses finish at different lengths."""
+    asked = []
+    vocab, eos = 7, 2
+    table = rng.normal(scale=0.3, size=(vocab, vocab))
+    table[1, 3], table[1, 4], table[1, eos] = 2.0, 1.7, -3.0          # after the prompt: 3 beats 4
+    table[3, :] = rng.normal(scale=0.1, size=vocab)                    # after 3: nothing stands out
+    table[4, 5], table[5, eos], table[4, eos] = 4.0, 3.5, -2.0         # after 4: 5, then EOS
+    asked.append(Call((table, np.array([1], dtype=np.int64), 3, 5, eos, 0.6),
+                      what="beam_search(model, prompt, beam_size=3, max_new_tokens=5, eos_id=2, alpha=0.6) on a "
+                           "stand-in model where greedy decoding is worse"))
+    # the best continuation branches at the second step: 3 then 6 (not 3's most probable, 5), then EOS
+    vocab = 8
+    table = rng.normal(scale=0.3, size=(vocab, vocab))
+    table[1, 3], table[1, 4] = 2.5, 1.5
+    table[3, :], table[3, 5], table[3, 6] = -2.0, 1.6, 1.3
+    table[5, :] = rng.normal(scale=0.1, size=vocab)                    # after 5: nothing stands out
+    table[6, eos] = 4.0
+    asked.append(Call((table, np.array([1], dtype=np.int64), 3, 6, eos, 0.6),
+                      what="beam_search(model, prompt, beam_size=3, max_new_tokens=6, eos_id=2, alpha=0.6) on a "
+                           "stand-in model whose best sentence leaves the most probable token at the second step"))
+    for vocab, eos, prompt, beam, steps, alpha in [(8, 3, (1, 5), 4, 6, 0.6), (6, 0, (2,), 2, 5, 1.0),
+                                                   (9, 4, (1, 6, 7), 3, 7, 0.8)]:
+        table = rng.normal(scale=1.5, size=(vocab, vocab))
+        table[:, eos] += rng.uniform(0.5, 1.5, size=vocab)            # finishing is often among the best
+        what = (f"beam_search(model, prompt of {len(prompt)} token(s), beam_size={beam}, max_new_tokens={steps}, "
+                f"eos_id={eos}, alpha={alpha}) on a stand-in model")
+        asked.append(Call((table, np.array(prompt, dtype=np.int64), beam, steps, eos, alpha), what=what))
+    return asked
+
+
+def _beam_variant(finish="at_eos", final="normalized", length="generated"):
+    """beam_search with some of its choices wrong (the spec's knobs)."""
+
+    @torch.no_grad()
+    def beam_search(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+        alive, finished = [(prompt.tolist(), 0.0)], []
+        for _ in range(max_new_tokens):
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in alive]))[:, -1].double(), -1)
+            totals = torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp
+            best = torch.topk(totals.flatten(), min(beam_size, totals.numel())).indices.tolist()
+            alive_next = []
+            for flat in best:
+                beam, token = divmod(flat, logp.shape[-1])
+                hypothesis = (alive[beam][0] + [token], totals[beam, token].item())
+                (finished if token == eos_id and finish == "at_eos" else alive_next).append(hypothesis)
+            alive = alive_next
+            if not alive:
+                break
+        start = 0 if length == "with_prompt" else len(prompt)
+        ranked = [((score if final == "raw" else score / ref.length_penalty(len(seq) - start, alpha)),
+                   seq[len(prompt):]) for seq, score in finished + alive]
+        score, tokens = max(ranked, key=lambda r: r[0])
+        return torch.tensor(tokens, dtype=torch.int64), score
+
+    return beam_search
+
+
+def _judge_beam(case: Case) -> None:
+    """Tokens by exact equality (ids are integers), then the score."""
+    _explain_raised(case)
+    got = value(case.answer, case.what)
+    if not isinstance(got, tuple) or len(got) != 2:
+        raise CheckFailed(f"{case.what}: expected (tokens, score)")
+    tokens, score = got
+    if not isinstance(tokens, np.ndarray) or tokens.dtype.kind not in "iu" or tokens.ndim != 1:
+        raise CheckFailed(f"{case.what}: the tokens should be a 1-d int64 tensor of the new token ids")
+    expected_tokens, expected_score = case.expected
+    same_tokens = tokens.shape == expected_tokens.shape and np.array_equal(tokens, expected_tokens)
+    same_score = np.allclose(to_array(score, case.what), expected_score, rtol=1e-5, atol=1e-7)
+    if same_tokens and same_score:
+        return
+    found = catalogued(case, case.answer)
+    if found:
+        case.fail(found)
+    if same_tokens:
+        case.fail("the tokens are right, but the score is not their summed log-probability divided by the length "
+                  "penalty ((5 + n) / 6) ** alpha, n = the number of new tokens (EOS included)")
+    case.fail("it returns another hypothesis than beam search finds: keep the beam_size best continuations of all "
+              "beams by summed log-probability, set aside those ending in EOS, and pick the best by score / "
+              "((5 + n) / 6) ** alpha")
+
+
+BEAM_SEARCH = Spec(
+    id="gpt-beam_search",
+    function="beam_search",
+    driver="gpt.beam",
+    inputs=_beam_calls,
+    reference=ref.beam_search,
+    judge=_judge_beam,
+    variant=_beam_variant,
+    knobs=(
+        Knob("finish", (("never", "a hypothesis that produces EOS is never finished: it stays among the beams and "
+                                  "keeps growing. Set it aside as finished when its last token is eos_id"),)),
+        Knob("final", (("raw", "it compares the summed log-probabilities without the length penalty, which favours "
+                               "short hypotheses: divide each by ((5 + n) / 6) ** alpha, n its number of new tokens"),)),
+        Knob("length", (("with_prompt", "the length penalty counts the prompt: n is the number of new tokens "
+                                        "(EOS included), not the whole sequence"),)),
+    ),
+    errors=(
+        Raises("{what} raised {error}", example=lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6:
+               model(prompt)[beam_size]),
+    ),
+)
+
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH)

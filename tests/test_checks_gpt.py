@@ -1,0 +1,569 @@
+"""Mistake and variant cases of notebook 12's checks, run in process (no kernel).
+
+Every mistake here is written as a learner would write it, apart from the spec's catalogue
+(whose own cases tests/test_catalogue.py generates), and must get its diagnosis; every valid
+alternative must score full marks (exercise-standard.md, item 6). The block, the model and the
+KV cache go through the drivers of coursekit/drivers/gpt.py, as they do while grading;
+perplexity and beam search get the drivers' bigram stand-in.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from grader.checks import CheckFailed, check
+from grader.checks.reference import gpt as ref
+from tests.check_cases import shared_tests
+from tests.conftest import solution_namespace
+
+NS = solution_namespace("12_gpt")
+MultiHeadAttention = NS["MultiHeadAttention"]
+split_heads, merge_heads = NS["split_heads"], NS["merge_heads"]
+
+
+@pytest.fixture(scope="module")
+def gpt_notebook() -> dict:
+    """The reference solutions of notebook 12 (Block, GPT, next_token_loss, ...)."""
+    return NS
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+class StubModule(nn.Module):
+    """The release notebook's Block or GPT: __init__ raises NotImplementedError."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        raise NotImplementedError()
+
+
+# ---------------------------------------------------------------- Block
+
+def make_block(norm="pre", causal=0, activation=F.gelu, residual=True, mask_inverted=False):
+    """A learner's Block, written out (no sublayer_connection), with one mistake switched on."""
+
+    class Block(nn.Module):
+        def __init__(self, d_model, heads, d_ff, dropout=0.0):
+            super().__init__()
+            self.attn = MultiHeadAttention(d_model, heads)
+            self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+            self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, x):
+            T = x.shape[1]
+            mask = None if causal is None else torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=causal)
+            if mask is not None and mask_inverted:
+                mask = ~mask
+            if norm == "post":
+                x = self.norm1(x + self.dropout(self.attn(x, x, x, mask)[0]))
+                return self.norm2(x + self.dropout(self.linear2(activation(self.linear1(x)))))
+            h = self.norm1(x)
+            a = self.dropout(self.attn(h, h, h, mask)[0])
+            x = x + a if residual else a
+            m = self.dropout(self.linear2(self.dropout(activation(self.linear1(self.norm2(x))))))
+            return x + m if residual else m
+
+    return Block
+
+
+class BlockWithTorchAttention(make_block()):
+    """Valid: the same block computing attention with torch's fused function from W_q ... W_o."""
+
+    def forward(self, x):
+        h = self.norm1(x)
+        q, k, v = (split_heads(w(h), self.attn.heads) for w in (self.attn.W_q, self.attn.W_k, self.attn.W_v))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.dropout(self.attn.W_o(merge_heads(out)))
+        return x + self.dropout(self.linear2(self.dropout(nn.GELU()(self.linear1(self.norm2(x))))))
+
+
+class BlockInFloat64(make_block()):
+    """Valid: the causal mask from triu (torch's convention) inverted, arithmetic in float64."""
+
+    def forward(self, x):
+        T = x.shape[1]
+        allowed = ~torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        h = self.norm1(x)
+        x = x + self.dropout(self.attn(h, h, h, allowed)[0])
+        hidden = F.gelu(self.linear1(self.norm2(x)).double()).float()
+        return x + self.dropout(self.linear2(self.dropout(hidden)))
+
+
+class BlockWithoutDropoutModule(BlockWithTorchAttention):
+    """Valid too: dropout through F.dropout with the module's training flag (the nn.Dropout kept for its p)."""
+
+    def forward(self, x):
+        drop = lambda t: F.dropout(t, self.dropout.p, training=self.training)
+        h = self.norm1(x)
+        x = x + drop(self.attn(h, h, h, NS["causal_mask"](x.shape[1]))[0])
+        return x + drop(self.linear2(drop(F.gelu(self.linear1(self.norm2(x))))))
+
+
+# ---------------------------------------------------------------- GPT
+
+def make_gpt(block=None, positions="learned", scale=False, final_norm=True, tie="assign", head_bias=False,
+             length_check=True, sequential=False, name="GPT"):
+    """A learner's GPT with one mistake (or one valid choice) switched on."""
+    Block = block or NS["Block"]
+
+    class Model(nn.Module):
+        def __init__(self, vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights=True, dropout=0.0):
+            super().__init__()
+            self.max_len, self.d_model = max_len, d_model
+            self.tok_embed = nn.Embedding(vocab_size, d_model)
+            if positions == "learned":
+                self.pos_embed = nn.Embedding(max_len, d_model)
+            self.drop = nn.Dropout(dropout)
+            blocks = [Block(d_model, heads, d_ff, dropout) for _ in range(layers)]
+            self.blocks = nn.Sequential(*blocks) if sequential else nn.ModuleList(blocks)
+            self.norm = nn.LayerNorm(d_model)
+            self.lm_head = nn.Linear(d_model, vocab_size, bias=head_bias)
+            if tie_weights and tie == "assign":
+                self.lm_head.weight = self.tok_embed.weight
+            elif tie_weights and tie == "reverse":
+                self.tok_embed.weight = self.lm_head.weight
+            elif tie_weights and tie == "copy":
+                self.lm_head.weight.data = self.tok_embed.weight.data.clone()
+            elif tie == "always":
+                self.lm_head.weight = self.tok_embed.weight
+
+        def forward(self, ids):
+            T = ids.shape[1]
+            if length_check and T > self.max_len:
+                raise ValueError("too long")
+            x = self.tok_embed(ids) * (math.sqrt(self.d_model) if scale else 1)
+            if positions == "learned":
+                x = x + self.pos_embed.weight[:T]
+            x = self.drop(x)
+            for block in self.blocks:
+                x = block(x)
+            return self.lm_head(self.norm(x) if final_norm else x)
+
+    Model.__name__ = name
+    return Model
+
+
+# ---------------------------------------------------------------- next_token_loss
+
+def loss_gather(logits, ids, pad_id):
+    """Valid: log_softmax and gather, masked mean."""
+    logp = F.log_softmax(logits[:, :-1], dim=-1)
+    target = ids[:, 1:]
+    picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    keep = (target != pad_id).to(picked.dtype)
+    return -(picked * keep).sum() / keep.sum()
+
+
+def loss_nll_float64(logits, ids, pad_id):
+    """Valid: F.nll_loss in float64, the class axis moved to axis 1."""
+    return F.nll_loss(F.log_softmax(logits[:, :-1].double(), -1).transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
+
+
+def loss_no_shift(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), ids.reshape(-1), ignore_index=pad_id)
+
+
+def loss_pads_counted(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1))
+
+
+def loss_per_token(logits, ids, pad_id):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id, reduction="none")
+
+
+def loss_probabilities(logits, ids, pad_id):
+    """nll_loss on softmax probabilities (not their logarithm)."""
+    return F.nll_loss(logits[:, :-1].softmax(-1).transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
+
+
+# ---------------------------------------------------------------- perplexity
+
+def ppl_masks(model, batches, pad_id):
+    """Valid: per-token losses and masks, a 0-d tensor returned."""
+    model.eval()
+    nll, n = torch.zeros((), dtype=torch.float64), 0
+    with torch.no_grad():
+        for ids in batches:
+            per = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+            keep = ids[:, 1:] != pad_id
+            nll += per[keep].double().sum()
+            n += int(keep.sum())
+    return torch.exp(nll / n)
+
+
+def ppl_bits(model, batches, pad_id):
+    """Valid: the loss in bits and 2 ** bits (the same number), numpy at the end."""
+    model.train(False)
+    bits, n = [], 0
+    for ids in batches:
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids)[:, :-1], -1)
+        target = ids[:, 1:]
+        keep = target != pad_id
+        bits.append((-logp.gather(-1, target[..., None])[..., 0][keep] / math.log(2)).numpy())
+        n += int(keep.sum())
+    return float(2 ** (np.concatenate(bits).sum() / n))
+
+
+def ppl_batch_means(model, batches, pad_id):
+    model.eval()
+    with torch.no_grad():
+        losses = [F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id).item()
+                  for ids in batches]
+    return math.exp(sum(losses) / len(losses))
+
+
+def ppl_train_mode(model, batches, pad_id):
+    with torch.no_grad():
+        nll = sum(F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id,
+                                  reduction="sum").item() for ids in batches)
+    return math.exp(nll / sum(int((ids[:, 1:] != pad_id).sum()) for ids in batches))
+
+
+def ppl_returns_loss(model, batches, pad_id):
+    model.eval()
+    with torch.no_grad():
+        nll = sum(F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id,
+                                  reduction="sum").item() for ids in batches)
+    return nll / sum(int((ids[:, 1:] != pad_id).sum()) for ids in batches)
+
+
+# ---------------------------------------------------------------- next_token_probs
+
+def probs_hf_style(logits, temperature=1.0, top_k=None, top_p=None):
+    """Valid: Hugging Face's warpers (temperature, top-k on logits, top-p on the ascending cumulative sum)."""
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    scores = logits / temperature
+    if top_k is not None:
+        k = min(top_k, scores.shape[-1])
+        scores = scores.masked_fill(scores < torch.topk(scores, k)[0][..., -1, None], -float("inf"))
+    if top_p is not None:
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, sorted_indices, remove), -float("inf"))
+    return scores.softmax(dim=-1)
+
+
+def probs_loops(logits, temperature=1.0, top_k=None, top_p=None):
+    """Valid: row by row in Python, float64, a kept-set per row."""
+    if not temperature > 0:
+        raise ValueError("temperature must be > 0")
+    out = torch.zeros(logits.shape, dtype=torch.float64)
+    for r, row in enumerate(logits.double()):
+        z = row / temperature
+        order = sorted(range(len(z)), key=lambda i: -float(z[i]))
+        kept = order[:top_k] if top_k is not None else order
+        p = torch.softmax(z[kept], 0)
+        total, chosen = 0.0, []
+        for i, q in zip(kept, p.tolist()):
+            if top_p is not None and total >= top_p:
+                break
+            chosen.append((i, q))
+            total += q
+        norm = sum(q for _, q in chosen)
+        for i, q in chosen:
+            out[r, i] = q / norm
+    return out
+
+
+def probs_cut_after_crossing(logits, temperature=1.0, top_k=None, top_p=None):
+    """Top-p with `cumsum <= top_p`: the crossing token goes."""
+    probs = torch.softmax(logits / temperature, -1)
+    if top_k is not None:
+        probs = torch.softmax((logits / temperature).masked_fill(
+            logits / temperature < torch.topk(logits / temperature, top_k)[0][..., -1:], -float("inf")), -1)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(-1, descending=True)
+        keep = sorted_probs.cumsum(-1) <= top_p
+        probs = probs * keep.scatter(-1, order, keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def probs_temperature_on_probs(logits, temperature=1.0, top_k=None, top_p=None):
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    probs = torch.softmax(logits, -1) / temperature
+    return probs / probs.sum(-1, keepdim=True) if top_k is None and top_p is None else ref.next_token_probs(
+        logits, 1.0, top_k, top_p)
+
+
+def probs_no_check(logits, temperature=1.0, top_k=None, top_p=None):
+    return ref.next_token_probs(logits, temperature if temperature > 0 else 1e-9, top_k, top_p)
+
+
+# ---------------------------------------------------------------- forward_cached
+
+def cached_sdpa(model, ids, cache=None):
+    """Valid: torch's scaled_dot_product_attention with a boolean mask, a tuple as the cache."""
+    past = 0 if not cache else cache[0][0].shape[-2]
+    t = ids.shape[1]
+    x = model.tok_embed(ids) + model.pos_embed.weight[past:past + t]
+    allowed = torch.arange(past + t)[None, :] <= torch.arange(past, past + t)[:, None]
+    new = []
+    for layer, block in enumerate(model.blocks):
+        h = block.norm1(x)
+        q, k, v = (split_heads(w(h), block.attn.heads) for w in (block.attn.W_q, block.attn.W_k, block.attn.W_v))
+        if cache:
+            k, v = torch.cat((cache[layer][0], k), -2), torch.cat((cache[layer][1], v), -2)
+        x = x + block.attn.W_o(merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)))
+        x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+        new.append((k, v))
+    return model.lm_head(model.norm(x)), tuple(new)
+
+
+def cached_einsum(model, ids, cache=None):
+    """Valid: attention by einsum in float64, the mask as -inf added to the scores."""
+    past = cache[0][0].shape[2] if cache is not None else 0
+    t = ids.shape[1]
+    x = model.tok_embed(ids) + model.pos_embed(past + torch.arange(t))
+    future = torch.triu(torch.full((t, past + t), float("-inf"), dtype=torch.float64), diagonal=past + 1)
+    out_cache = []
+    for layer, block in enumerate(model.blocks):
+        a = block.attn
+        h = block.norm1(x)
+        q = split_heads(a.W_q(h), a.heads)
+        k = torch.cat([cache[layer][0], split_heads(a.W_k(h), a.heads)], 2) if cache else split_heads(a.W_k(h), a.heads)
+        v = torch.cat([cache[layer][1], split_heads(a.W_v(h), a.heads)], 2) if cache else split_heads(a.W_v(h), a.heads)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double()) / math.sqrt(a.d_k) + future
+        out = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v.double()).float()
+        x = x + a.W_o(merge_heads(out))
+        x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+        out_cache.append((k, v))
+    return model.lm_head(model.norm(x)), out_cache
+
+
+def cached_calls_model(model, ids, cache=None):
+    return model(ids), cache
+
+
+def cached_keys_twice(model, ids, cache=None):
+    """Appends the new keys to a list it keeps, and also to what it returns."""
+    logits, new = ref.forward_cached(model, ids, cache)
+    grown = [(torch.cat([k, k[:, :, -ids.shape[1]:]], 2), torch.cat([v, v[:, :, -ids.shape[1]:]], 2)) for k, v in new]
+    return logits, grown
+
+
+def cached_positions_restart(model, ids, cache=None):
+    """Positions from 0 for every call."""
+    logits, new = ref.forward_cached(model, ids, None)
+    if cache:
+        logits, new = _with_past(model, ids, cache, positions=torch.arange(ids.shape[1]))
+    return logits, new
+
+
+def _with_past(model, ids, cache, positions):
+    x = model.tok_embed(ids) + model.pos_embed(positions)
+    past, t = cache[0][0].shape[2], ids.shape[1]
+    new = []
+    for layer, block in enumerate(model.blocks):
+        a = block.attn
+        h = block.norm1(x)
+        q, k, v = (split_heads(w(h), a.heads) for w in (a.W_q, a.W_k, a.W_v))
+        k, v = torch.cat([cache[layer][0], k], 2), torch.cat([cache[layer][1], v], 2)
+        mask = torch.ones(t, past + t, dtype=torch.bool).tril(past)
+        x = x + a.W_o(merge_heads(NS["scaled_dot_product_attention"](q, k, v, mask)[0]))
+        x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+        new.append((k, v))
+    return model.lm_head(model.norm(x)), new
+
+
+# ---------------------------------------------------------------- beam_search
+
+def beam_heap(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Valid: candidates ranked with heapq.nlargest, a list returned, the score a 0-d tensor."""
+    beams, done = [(0.0, prompt.tolist())], []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logp = model(torch.tensor([seq for _, seq in beams]))[:, -1].double().log_softmax(-1)
+            candidates = [(score + logp[i, v].item(), seq + [v]) for i, (score, seq) in enumerate(beams)
+                          for v in range(logp.shape[1])]
+            beams = []
+            for score, seq in heapq.nlargest(beam_size, candidates, key=lambda c: c[0]):
+                (done if seq[-1] == eos_id else beams).append((score, seq))
+            if not beams:
+                break
+    n = len(prompt)
+    score, seq = max(((s / ((5 + len(q) - n) / 6) ** alpha, q) for s, q in done + beams), key=lambda c: c[0])
+    return seq[n:], torch.tensor(score)
+
+
+def beam_tensors(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Valid: the alive beams as one tensor, scores as a tensor, finished hypotheses in lists."""
+    seqs = prompt[None].clone()
+    scores = torch.zeros(1, dtype=torch.float64)
+    finished = []
+    for _ in range(max_new_tokens):
+        logp = torch.log_softmax(model(seqs)[:, -1].to(torch.float64), dim=-1)
+        total = (scores[:, None] + logp).reshape(-1)
+        values, index = total.topk(min(beam_size, total.numel()))
+        rows, tokens = index // logp.shape[1], index % logp.shape[1]
+        ended = tokens == eos_id
+        for r, tok, val in zip(rows[ended], tokens[ended], values[ended]):
+            finished.append((torch.cat([seqs[r], tok[None]]), val.item()))
+        seqs = torch.cat([seqs[rows[~ended]], tokens[~ended, None]], 1)
+        scores = values[~ended]
+        if len(seqs) == 0:
+            break
+    finished += [(s, v.item()) for s, v in zip(seqs, scores)]
+    lp = lambda s: ((5 + len(s) - len(prompt)) / 6) ** alpha
+    best, value = max(finished, key=lambda f: f[1] / lp(f[0]))
+    return best[len(prompt):], value / lp(best)
+
+
+def beam_greedy(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Ignores beam_size: greedy decoding."""
+    return ref.beam_search(model, prompt, 1, max_new_tokens, eos_id, alpha)
+
+
+def beam_per_beam_top1(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """The best token of each beam only: beams never branch after the first step."""
+    with torch.no_grad():
+        first = torch.log_softmax(model(prompt[None])[:, -1].double(), -1)[0]
+    values, tokens = first.topk(beam_size)
+    hypotheses = []
+    for value, token in zip(values.tolist(), tokens.tolist()):
+        seq, score = prompt.tolist() + [token], value
+        while seq[-1] != eos_id and len(seq) - len(prompt) < max_new_tokens:
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([seq]))[:, -1].double(), -1)[0]
+            seq, score = seq + [int(logp.argmax())], score + logp.max().item()
+        hypotheses.append((score / ((5 + len(seq) - len(prompt)) / 6) ** alpha, seq[len(prompt):]))
+    score, seq = max(hypotheses)
+    return torch.tensor(seq), score
+
+
+MISTAKES = {
+    "gpt-Block": [
+        (StubModule, "not answered yet"),
+        (make_block(norm="post"), "post-norm"),
+        (make_block(causal=None), "has no causal mask"),
+        (make_block(causal=1), "one token ahead"),
+        (make_block(causal=-1), "hide the diagonal"),
+        (make_block(mask_inverted=True), "is it inverted"),
+        (make_block(activation=torch.relu), "uses ReLU"),
+        (make_block(residual=False), "no residual connection"),
+    ],
+    "gpt-GPT": [
+        (StubModule, "not answered yet"),
+        (make_gpt(positions="none"), "has no parameter pos_embed.weight"),
+        (make_gpt(scale=True), "multiplied by sqrt(d_model)"),
+        (make_gpt(final_norm=False), "no final layer norm"),
+        (make_gpt(tie="copy"), "one nn.Parameter, not a copy"),
+        (make_gpt(tie="always"), "tie them only when tie_weights is True"),
+        (make_gpt(tie="never"), "tie them with self.lm_head.weight = self.tok_embed.weight"),
+        (make_gpt(head_bias=True), "lm_head.bias"),
+        (make_gpt(length_check=False), "raise ValueError for a sequence longer than max_len"),
+        (make_gpt(block=make_block(causal=None)), "the blocks' self-attention has no causal mask"),
+    ],
+    "gpt-next_token_loss": [
+        (stub, "not answered yet"),
+        (loss_no_shift, "the targets are not shifted"),
+        (loss_pads_counted, "the padding targets count"),
+        (loss_per_token, "should be a scalar"),
+        (loss_probabilities, "a cross-entropy is never negative"),
+    ],
+    "gpt-perplexity": [
+        (stub, "not answered yet"),
+        (ppl_batch_means, "averages the batches' mean losses"),
+        (ppl_train_mode, "call model.eval() first"),
+        (ppl_returns_loss, "it returns the mean loss"),
+    ],
+    "gpt-next_token_probs": [
+        (stub, "not answered yet"),
+        (probs_cut_after_crossing, "top-p drops the token whose cumulative probability crosses top_p"),
+        (probs_temperature_on_probs, "the temperature is applied after the softmax"),
+        (probs_no_check, "should raise ValueError"),
+    ],
+    "gpt-forward_cached": [
+        (stub, "not answered yet"),
+        (cached_calls_model, "not model(...) or block(...)"),
+        (cached_keys_twice, "the new keys and values are appended twice"),
+        (cached_positions_restart, "the new tokens get positions 0, 1, ... again"),
+    ],
+    "gpt-beam_search": [
+        (stub, "not answered yet"),
+        (lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6: None, "is a `return` missing?"),
+        (beam_greedy, "another hypothesis than beam search finds"),
+        (beam_per_beam_top1, "another hypothesis than beam search finds"),
+    ],
+}
+
+VARIANTS = {
+    "gpt-Block": [BlockWithTorchAttention, BlockInFloat64, BlockWithoutDropoutModule],
+    "gpt-GPT": [make_gpt(), make_gpt(tie="reverse"), make_gpt(sequential=True, block=BlockWithTorchAttention)],
+    "gpt-next_token_loss": [loss_gather, loss_nll_float64],
+    "gpt-perplexity": [ppl_masks, ppl_bits],
+    "gpt-next_token_probs": [probs_hf_style, probs_loops],
+    "gpt-forward_cached": [cached_sdpa, cached_einsum],
+    "gpt-beam_search": [beam_heap, beam_tensors],
+}
+
+globals().update(shared_tests("gpt", MISTAKES, VARIANTS, solutions="gpt_notebook", seeds=4))
+
+
+def test_the_reference_model_is_torch_s_stack_weight_for_weight():
+    """The reference GPT (notebook 06's attention, pre-norm blocks) equals the model built from torch's own
+    modules with copies of its weights, tied and untied."""
+    torch.manual_seed(0)
+    for tie in (True, False):
+        model = ref.GPT(11, 12, 3, 20, 2, 9, tie_weights=tie).eval()
+        for p in model.parameters():
+            nn.init.normal_(p, std=0.5)
+        ids = torch.randint(0, 11, (2, 7))
+        with torch.no_grad():
+            torch.testing.assert_close(ref.torch_equivalent(model)(ids), model(ids), rtol=1e-4, atol=1e-5)
+
+
+def test_the_reference_cache_gives_the_uncached_logits_at_every_step():
+    torch.manual_seed(1)
+    model = ref.GPT(9, 8, 2, 10, 2, 12).eval()
+    ids = torch.randint(0, 9, (3, 10))
+    with torch.no_grad():
+        full = model(ids)
+        logits, cache = ref.forward_cached(model, ids[:, :4])
+        steps = [logits]
+        for t in range(4, 10):
+            logits, cache = ref.forward_cached(model, ids[:, t:t + 1], cache)
+            steps.append(logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-5)
+    assert cache[1][0].shape == (3, 2, 10, 4)
+
+
+def test_greedy_is_worse_than_beam_search_on_the_first_stand_in():
+    """The first question of gpt-beam_search is built so that greedy decoding scores worse."""
+    from grader.checks import answers_of, questions
+    from grader.checks._core import public_seed
+
+    call = questions("gpt-beam_search", public_seed("gpt-beam_search"))[0]
+    table, prompt, beam, steps, eos, alpha = call.args
+    greedy = answers_of("gpt-beam_search", lambda m, p, b, n, e, a=0.6: ref.beam_search(m, p, 1, n, e, a),
+                        public_seed("gpt-beam_search"))[0]
+    beam_answer = answers_of("gpt-beam_search", ref.beam_search, public_seed("gpt-beam_search"))[0]
+    assert float(greedy[1]) < float(beam_answer[1]) and greedy[0][0] != beam_answer[0][0]
+
+
+def test_a_model_with_torch_s_attention_is_told_what_to_create():
+    class TorchAttention(make_gpt()):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for block in self.blocks:
+                block.attn = nn.MultiheadAttention(block.norm1.normalized_shape[0], 2, batch_first=True)
+
+    with pytest.raises(CheckFailed) as failure:
+        check("gpt-GPT", TorchAttention)
+    assert "self.attn = MultiHeadAttention(d_model, heads)" in str(failure.value)

@@ -1,0 +1,389 @@
+"""Mistake and variant cases of notebook 11's checks (byte-pair encoding), run in process.
+
+The catalogue of each spec (grader/checks/tokenization.py) is asserted by
+tests/test_catalogue.py; here: wrong answers no catalogue lists, which the checks' further
+questions must still name (a pair across words, a tie, stale counts, ids that do not decode
+back), answers of the wrong kind that the drivers name, and valid alternatives that must
+pass (another algorithm, numpy or torch ids, Counter or dict).
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+import torch
+
+from coursekit import probe
+from grader.checks import check, exercise_ids, get, public_seed, questions, verdict
+from grader.checks.reference import tokenization as ref
+from grader.wire import decode_payload
+from tests.check_cases import shared_tests
+from tests.conftest import solution_namespace
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+@pytest.fixture(scope="module")
+def tokenization_notebook() -> dict:
+    """The reference solutions of notebook 11 (count_pairs, merge_pair, train_bpe, encode, decode)."""
+    return solution_namespace("11_tokenization")
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------- count_pairs
+
+def _pairs_by(pairs_of, weight=lambda count: count):
+    def count_pairs(words):
+        pairs = {}
+        for word, count in words.items():
+            for pair in pairs_of(word):
+                pairs[pair] = pairs.get(pair, 0) + weight(count)
+        return pairs
+    return count_pairs
+
+
+def _pairs_mutating(words):
+    """Right, but empties its input on the way (the grader hands each call a fresh copy)."""
+    pairs = Counter()
+    while words:
+        word, count = words.popitem()
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    return pairs
+
+
+def _pairs_counter(words):
+    pairs = Counter()
+    for word, count in words.items():
+        for i in range(len(word) - 1):
+            pairs[word[i], word[i + 1]] += count
+    return pairs
+
+
+def _pairs_defaultdict(words):
+    pairs = defaultdict(int)
+    for word, count in words.items():
+        for left, right in zip(word[:-1], word[1:]):
+            pairs[(left, right)] += count
+    return pairs
+
+
+# ---------------------------------------------------------------- merge_pair
+
+def _merge_by(merge_word):
+    def merge_pair(words, pair):
+        return {merge_word(word, *pair): count for word, count in words.items()}
+    return merge_pair
+
+
+def _from_the_right(word, a, b):
+    out, i = [], len(word) - 1
+    while i >= 0:
+        if i > 0 and word[i - 1] == a and word[i] == b:
+            out.insert(0, a + b)
+            i -= 2
+        else:
+            out.insert(0, word[i])
+            i -= 1
+    return tuple(out)
+
+
+def _drops_right(word, a, b):
+    out, i = [], 0
+    while i < len(word):
+        out.append(word[i])
+        i += 2 if i + 1 < len(word) and word[i] == a and word[i + 1] == b else 1
+    return tuple(out)
+
+
+def _merge_in_place(words, pair):
+    merged = ref.merge_pair(words, pair)
+    words.clear()
+    words.update(merged)
+
+
+def _merge_flag(words, pair):
+    merged = {}
+    for word, count in words.items():
+        out, skip = [], False
+        for i, symbol in enumerate(word):
+            if skip:
+                skip = False
+                continue
+            if i + 1 < len(word) and (symbol, word[i + 1]) == tuple(pair):
+                out.append(symbol + word[i + 1])
+                skip = True
+            else:
+                out.append(symbol)
+        merged[tuple(out)] = merged.get(tuple(out), 0) + count
+    return merged
+
+
+def _merge_recursive(words, pair):
+    def merge(word):
+        if len(word) < 2:
+            return word
+        if word[:2] == tuple(pair):
+            return (word[0] + word[1],) + merge(word[2:])
+        return word[:1] + merge(word[1:])
+    merged = Counter()
+    for word, count in words.items():
+        merged[merge(word)] += count
+    return merged
+
+
+# ---------------------------------------------------------------- train_bpe
+
+def _training(pick=lambda pairs: min(pairs, key=lambda p: (-pairs[p], p)), words_of=None, merges_asked=lambda n: n):
+    def train_bpe(text, num_merges):
+        if words_of is None:
+            found = [w for w in ref.pretokenize(text) if w not in SPECIALS]
+        else:
+            found = words_of(text)
+        words = Counter(tuple(w) for w in found)
+        merges = []
+        for _ in range(merges_asked(num_merges)):
+            pairs = ref.count_pairs(words)
+            if not pairs:
+                break
+            best = pick(pairs)
+            words = ref.merge_pair(words, best)
+            merges.append(best)
+        return merges
+    return train_bpe
+
+
+def _replace_merge(words, pair):
+    """merge_pair with str.replace on the symbols joined by spaces: a word's space makes '' symbols."""
+    merged = Counter()
+    for word, count in words.items():
+        merged[tuple(" ".join(word).replace(f"{pair[0]} {pair[1]}", pair[0] + pair[1]).split(" "))] += count
+    return merged
+
+
+def _train_replacing(text, num_merges):
+    words, merges = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS), []
+    for _ in range(num_merges):
+        pairs = ref.count_pairs(words)
+        if not pairs:
+            break
+        merges.append(min(pairs, key=lambda p: (-pairs[p], p)))
+        words = _replace_merge(words, merges[-1])
+    return merges
+
+
+def _lines_as_words(text):
+    return [line for line in text.replace("<eos>", "").split("\n") if line]
+
+
+def _special_chars_regex(text):
+    import re
+    return re.findall(r" ?\S+|\s", text)  # GPT-2's words, but the special tokens are cut into characters
+
+
+def _train_incremental(text, num_merges):
+    """A faster training, with the same result: only the words that hold the merged pair are
+    recounted, and the pair counts are updated instead of made anew."""
+    words = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS)
+    pairs = Counter()
+    for word, count in words.items():
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    merges = []
+    for _ in range(num_merges):
+        pairs = +pairs  # drop the pairs whose count fell to 0
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        for word in [w for w in words if any(p == best for p in zip(w, w[1:]))]:
+            count = words.pop(word)
+            for pair in zip(word, word[1:]):
+                pairs[pair] -= count
+            new = ref.merge_word(word, *best)
+            for pair in zip(new, new[1:]):
+                pairs[pair] += count
+            words[new] += count
+    return merges
+
+
+def _train_sorted_first(text, num_merges):
+    words = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS)
+    merges = []
+    while len(merges) < num_merges:
+        pairs = ref.count_pairs(words)
+        if not pairs:
+            return merges
+        best = max(sorted(pairs), key=pairs.get)  # max keeps the first of equals: the smallest, sorted
+        words = ref.merge_pair(words, best)
+        merges.append(list(best))  # lists of two strings are as good as tuples
+    return merges
+
+
+# ---------------------------------------------------------------- encode
+
+def _encode_in_order(text, tokens, merges, byte_fallback=True):
+    """Every merge in turn, everywhere in the word: the docstring's own wording."""
+    ids_of = {t: 260 + i for i, t in enumerate(tokens)}
+    ids = []
+    for word in ref.pretokenize(text):
+        if word in SPECIALS:
+            ids.append(SPECIALS.index(word))
+            continue
+        symbols = tuple(word)
+        for left, right in merges:
+            symbols = ref.merge_word(symbols, left, right)
+        for symbol in symbols:
+            if symbol in ids_of:
+                ids.append(ids_of[symbol])
+            else:
+                ids += [4 + b for b in symbol.encode("utf-8")] if byte_fallback else [3]
+    return ids
+
+
+def _encode_as(convert):
+    return lambda text, tokens, merges, byte_fallback=True: convert(ref.bpe_encode(text, tokens, merges, byte_fallback))
+
+
+def _encode_adds_bos_eos(text, tokens, merges, byte_fallback=True):
+    return [1] + ref.bpe_encode(text, tokens, merges, byte_fallback) + [2]
+
+
+def _encode_code_points(text, tokens, merges, byte_fallback=True):
+    """Unknown characters as one id each, from their code point: not the bytes, not decodable."""
+    known = set(tokens)
+    return [i for word in ref.pretokenize(text) for i in (
+        [SPECIALS.index(word)] if word in SPECIALS else
+        [260 + tokens.index(s) if s in known else 4 + ord(s) % 256 for s in ref.segment(word, merges)])]
+
+
+def _encode_reversed(text, tokens, merges, byte_fallback=True):
+    return ref.bpe_encode(text, tokens, merges[::-1], byte_fallback)
+
+
+# ---------------------------------------------------------------- decode
+
+def _decode_bytes_join(ids, tokens):
+    pieces = []
+    for i in ids:
+        if not 0 <= i < 260 + len(tokens):
+            raise ValueError(f"no id {i}")
+        pieces.append(SPECIALS[i].encode() if i < 4 else bytes([i - 4]) if i < 260 else tokens[i - 260].encode())
+    return b"".join(pieces).decode(errors="replace")
+
+
+def _decode_byte_list(ids, tokens):
+    data = []
+    for i in map(int, ids):
+        if i < 0 or i >= 260 + len(tokens):
+            raise ValueError("id out of range")
+        data += list(ref.id_bytes(i, tokens))
+    return bytes(data).decode("utf-8", "replace")
+
+
+MISTAKES = {
+    "tokenization-count_pairs": [
+        (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
+        (_pairs_by(lambda w: list(zip(w, w[1:]))[1:]), "it misses"),
+        (_pairs_by(lambda w: zip(w, w[1:]), weight=lambda c: c * c), "counts are wrong"),
+        (lambda words: list(ref.count_pairs(words).items()), "should return a dict, but it returns a list"),
+        (lambda words: {f"{a} {b}": n for (a, b), n in ref.count_pairs(words).items()}, "(str, str) tuple"),
+        (lambda words: {p: n / 1 for p, n in ref.count_pairs(words).items()}, "int count"),
+        (lambda words: print(ref.count_pairs(words)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-merge_pair": [
+        (_merge_by(_from_the_right), "merged differently"),
+        (_merge_by(_drops_right), "no longer spell a word"),
+        (lambda words, pair: {w: 2 * n for w, n in ref.merge_pair(words, pair).items()}, "do not add up"),
+        (_merge_in_place, "returns nothing (None)"),
+        (lambda words, pair: list(ref.merge_pair(words, pair)), "should return a dict"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-train_bpe": [
+        (_training(merges_asked=lambda n: n - 1), "but it stops there"),
+        (_training(merges_asked=lambda n: n + 1), "but it goes on to"),
+        (_training(pick=lambda pairs: min(pairs, key=lambda p: (-pairs[p], p[::-1]))), "ties go to the smallest"),
+        (_training(pick=lambda pairs: min(pairs, key=lambda p: (pairs[p], p))), "not the most frequent pair"),
+        (_training(words_of=_lines_as_words), "joins two words"),
+        (_training(words_of=_special_chars_regex), "joins characters of a special token"),
+        (_train_replacing, "has an empty symbol"),
+        (lambda text, n: [a + b for a, b in ref.train_bpe(text, n)], "(str, str) tuple"),
+        (lambda text, n: {pair: k for k, pair in enumerate(ref.train_bpe(text, n))}, "should return a list"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-bpe_encode": [
+        (_encode_adds_bos_eos, "special tokens are not the text's"),
+        (_encode_code_points, "do not decode back to the text"),
+        (_encode_reversed, "its ids decode back to the text, but as"),
+        (lambda text, tokens, merges, byte_fallback=True: [tokens[i - 260] if i >= 260 else i
+                                                           for i in ref.bpe_encode(text, tokens, merges, byte_fallback)],
+         "returns tokens (str"),
+        (lambda text, tokens, merges, byte_fallback=True: [ref.bpe_encode(w, tokens, merges, byte_fallback)
+                                                           for w in ref.pretokenize(text)], "flat list"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-bpe_decode": [
+        (lambda ids, tokens: ref.bpe_decode(ids, tokens).strip(), "spaces, tabs or line breaks"),
+        (lambda ids, tokens: ref.bpe_decode([i for i in ids if not 4 <= i < 260], tokens), "differs from the one encoded"),
+        (lambda ids, tokens: b"".join(ref.id_bytes(i, tokens) for i in ids), "returns bytes"),
+        (lambda ids, tokens: [ref.bpe_decode([i], tokens) for i in ids], "should return one str"),
+        (stub, "not answered yet"),
+    ],
+}
+
+
+VARIANTS = {
+    "tokenization-count_pairs": [_pairs_counter, _pairs_defaultdict, _pairs_mutating],
+    "tokenization-merge_pair": [_merge_flag, _merge_recursive],
+    "tokenization-train_bpe": [_train_incremental, _train_sorted_first],
+    "tokenization-bpe_encode": [_encode_in_order, _encode_as(np.array), _encode_as(torch.tensor), _encode_as(tuple)],
+    "tokenization-bpe_decode": [_decode_bytes_join, _decode_byte_list],
+}
+
+
+globals().update(shared_tests("tokenization", MISTAKES, VARIANTS, solutions="tokenization_notebook", seeds=6))
+
+
+def test_the_kernel_path_carries_text_both_ways(tokenization_notebook):
+    """As while grading: the questions (text, lists of strings) go into the kernel as JSON, the
+    answers (strings, ids, text) come back through the wire, and the verdict holds."""
+    for exercise in exercise_ids("tokenization"):
+        seed = public_seed(exercise)
+        asked = probe.decode_questions(probe.encode_questions([q.call() for q in questions(exercise, seed)]))
+        fn = tokenization_notebook[exercise.split("-", 1)[1]]
+        payload = probe.collect(exercise, fn, asked, get(exercise).driver)
+        assert verdict(exercise, seed, decode_payload(payload, exercise)) is None, exercise
+
+
+def test_a_learner_who_changes_the_inputs_changes_no_later_question():
+    """The grader's questions stay as drawn (the drivers hand out copies)."""
+    check("tokenization-count_pairs", _pairs_mutating)
+    check("tokenization-count_pairs", ref.count_pairs)
+
+
+def test_hidden_texts_hold_what_the_checks_need():
+    """Special tokens, characters no token covers, half a character, an id past the vocabulary."""
+    for seed in range(4):
+        train = questions("tokenization-train_bpe", seed)
+        assert train[0].args[0].count("<eos>") >= 5 and len(ref.train_bpe(*train[1].args)) < train[1].args[1]
+        encode = questions("tokenization-bpe_encode", seed)
+        tokens = encode[0].args[1]
+        assert any(s in encode[1].args[0] for s in SPECIALS) and not set(encode[2].args[0]) <= set("".join(tokens))
+        assert [c.args[-1] for c in encode] == [True, True, True, False]
+        decode = questions("tokenization-bpe_decode", seed)
+        assert "\ufffd" in ref.bpe_decode(decode[1].args[0], decode[1].args[1]) and decode[2].raises == "ValueError"
+
+
+def test_a_diagnosis_shows_no_hidden_text():
+    """Positions and kinds, never the hidden words: no Hangul in any diagnosis of a wrong answer."""
+    for exercise, cases in MISTAKES.items():
+        for fn, _ in cases:
+            message = verdict(exercise, 3, decode_payload(
+                probe.collect(exercise, fn, [q.call() for q in questions(exercise, 3)], get(exercise).driver),
+                exercise))
+            assert message and not any("\uac00" <= ch <= "\ud7a3" for ch in message), (exercise, message)
