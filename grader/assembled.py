@@ -75,6 +75,17 @@ ASSEMBLIES = (
             Piece("08_decoder", "decoder-DecoderLayer"),
         ),
     ),
+    Assembly(
+        "14_efficient_attention", "efficient_attention-helpers",
+        "# Read-only helpers: stable_softmax of notebook 04 (numpy), and scaled dot-product attention in\n"
+        "# PyTorch as notebook 06 gives it, the naive attention that this notebook measures.\n"
+        "# Generated, do not edit: made by `make release` from the cells named below;\n"
+        "# change them there and release again.",
+        (
+            Piece("04_softmax", "softmax-stable_softmax"),
+            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+        ),
+    ),
 )
 
 

@@ -47,9 +47,12 @@ def _cell_code(assignment: str, grade_id: str) -> str:
 
 
 @pytest.mark.parametrize("root", [course.SOLUTIONS, course.NOTEBOOKS], ids=["solutions", "notebooks"])
-@pytest.mark.parametrize("assignment,grade_id", [("09_transformer", "transformer-helpers"),
-                                                 ("07_encoder", "encoder-helpers")])
-def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id):
+@pytest.mark.parametrize("assignment,grade_id,names", [
+    ("09_transformer", "transformer-helpers", {"causal_mask", "sinusoidal_encoding", "EncoderLayer", "DecoderLayer"}),
+    ("07_encoder", "encoder-helpers", {"sinusoidal_encoding"}),
+    ("14_efficient_attention", "efficient_attention-helpers", {"stable_softmax", "scaled_dot_product_attention"}),
+])
+def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment, grade_id, names):
     source = _helper_cell(root, assignment, grade_id)
     heads = list(HEADER.finditer(source))
     assert heads, "the helper cell names no source cell"
@@ -74,8 +77,7 @@ def test_helper_cell_is_the_code_of_the_earlier_solution_cells(root, assignment,
             line = ast.get_source_segment(section, node)
             assert WRAP.match(line) and WRAP.match(line)["name"] in mine, f"{head['cell']}: {line!r} is not copied"
         copied += mine
-    assert {"causal_mask", "sinusoidal_encoding", "EncoderLayer", "DecoderLayer"} <= set(copied) or (
-        assignment == "07_encoder" and copied == ["sinusoidal_encoding"])
+    assert names <= set(copied)
 
 
 def test_the_sources_are_up_to_date():
@@ -84,7 +86,8 @@ def test_the_sources_are_up_to_date():
 
 def test_release_copies_a_changed_piece(tmp_path):
     """Change notebook 07's EncoderLayer in a copy of solutions/: assembling rewrites 09's helper cell."""
-    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {"09_transformer"}:
+    for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {
+            a.assignment for a in assembled.ASSEMBLIES}:
         shutil.copytree(course.SOLUTIONS / assignment, tmp_path / assignment)
     path = tmp_path / "07_encoder" / "07_encoder.ipynb"
     nb = nbformat.read(path, as_version=4)
