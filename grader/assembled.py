@@ -1,7 +1,8 @@
 """Read-only cells assembled from other notebooks' cells at release: code written once.
 
 Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 03-08, and
-notebook 07's Encoder uses 05's positional encoding. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
+notebook 07's Encoder uses 05's positional encoding; notebook 14 measures 06's attention and compares
+with 04's stable softmax. Their helper cells are not typed again: ``course-grader release`` (``make release``) copies the
 earlier notebooks' own solution cells into it (d2l's ``#@save``, done at release), rewrites
 the cells in ``solutions/`` and then lets nbgrader generate the student versions, so the
 instructor's source, the student version and ``nbgrader generate_assignment`` agree.
