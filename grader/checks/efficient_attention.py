@@ -23,8 +23,6 @@ import math
 import numpy as np
 import torch
 
-from coursekit.protocol import Raised
-
 from ._core import Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, judge_case, to_array
 from ._named import by_call
 from .masking import _mask_values
@@ -48,6 +46,11 @@ def _loosely_when(large: bool, case: Case) -> Case:
 
 
 # ---------------------------------------------------------------------------- online_softmax
+def _rising(n: int, top: float) -> np.ndarray:
+    """Added to a row: later scores higher, so that the running maximum keeps growing."""
+    return np.linspace(0.0, top, n)
+
+
 def _online_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
 
@@ -74,11 +77,6 @@ def _online_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
-def _rising(n: int, top: float) -> np.ndarray:
-    """Added to a row: later scores higher, so that the running maximum keeps growing."""
-    return np.linspace(0.0, top, n)
-
-
 def _scores_beyond(call: Call, sign: float) -> bool:
     """The finite scores of the call lie beyond +TOO_LARGE (sign 1) or below -TOO_LARGE (sign -1)."""
     x = call.args[0]
@@ -86,6 +84,7 @@ def _scores_beyond(call: Call, sign: float) -> bool:
 
 
 def _judge_online(case: Case) -> None:
+    """The default judgement, with float32-sized tolerances on the scores around +-1000."""
     judge_case(_loosely_when(_scores_beyond(case.call, 1) or _scores_beyond(case.call, -1), case))
 
 
@@ -207,7 +206,6 @@ def _tiled_inputs(rng: np.random.Generator) -> list[Call]:
     value[..., POISONED_KEY, :] = np.inf
     ask(3, 4, True, (), f", the value of key {POISONED_KEY} made infinite", (query, key, value))
     return calls
-
 
 
 def _poisoned(call: Call) -> bool:
