@@ -4,9 +4,9 @@ Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 0
 notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's masks and
 05's encoding, notebook 10 trains its Transformer with 05's encoding and 09's loss and
 learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
-text through 11's byte-pair encoding. Their helper cells are not typed again: ``course-grader
-release`` (``make release``) copies the earlier notebooks' own cells into them (d2l's
-``#@save``, done at release), rewrites the cells in ``solutions/`` and then lets nbgrader
+text through 11's byte-pair encoding; notebook 14 measures 06's attention and compares with
+04's stable softmax. Their helper cells are not typed again: ``course-grader release``
+(``make release``) copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release), rewrites the cells in ``solutions/`` and then lets nbgrader
 generate the student versions, so the instructor's source, the student version and
 ``nbgrader generate_assignment`` agree.
 
@@ -135,6 +135,17 @@ ASSEMBLIES = (
             Piece("06_multi_head", "multi_head-MultiHeadAttention"),
             Piece("06_multi_head", "multi_head-load_torch_weights"),
             Piece("07_encoder", "encoder-sublayer_connection"),
+        ),
+    ),
+    Assembly(
+        "14_efficient_attention", "efficient_attention-helpers",
+        "# Read-only helpers: stable_softmax of notebook 04 (numpy), and scaled dot-product attention in\n"
+        "# PyTorch as notebook 06 gives it, the naive attention that this notebook measures.\n"
+        "# Generated, do not edit: made by `make release` from the cells named below;\n"
+        "# change them there and release again.",
+        (
+            Piece("04_softmax", "softmax-stable_softmax"),
+            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
         ),
     ),
 )

@@ -1,4 +1,4 @@
-"""The helper cells of notebooks 07, 08, 09 and 10 are the earlier notebooks' own code,
+"""The helper cells of notebooks 07, 08, 09, 10, 12 and 14 are the earlier notebooks' own code,
 assembled at release (grader/assembled.py), in the instructor's source and in the student
 version."""
 from __future__ import annotations
@@ -57,7 +57,8 @@ COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal
           ("12_gpt", "gpt-bpe-helpers"): ["pretokenize", "learned_tokens", "shown", "token_name", "count_pairs",
                                           "merge_pair", "train_bpe", "bpe_encode", "bpe_decode"],
           ("12_gpt", "gpt-model-helpers"): ["causal_mask", "split_heads", "merge_heads", "scaled_dot_product_attention",
-                                            "MultiHeadAttention", "load_torch_weights", "sublayer_connection"]}
+                                            "MultiHeadAttention", "load_torch_weights", "sublayer_connection"],
+          ("14_efficient_attention", "efficient_attention-helpers"): ["stable_softmax", "scaled_dot_product_attention"]}
 
 
 def test_every_assembled_cell_is_tested():

@@ -1,0 +1,607 @@
+"""Hidden checks of notebook 14, efficient_attention: the online softmax, tiled (FlashAttention-style)
+attention, grouped-query attention, the KV cache's size and the sliding-window mask.
+
+Sizes are pairwise distinct within a question (batch 2, heads 3, q_len 7, k_len 11, d_k 4,
+d_v 5, tiles of 3 by 4), so that a swapped axis raises or shows, and the tiles need not divide
+the lengths, so that the last, shorter block is asked for. The scores grow along the keys, so
+that the running maximum changes from block to block and a missing rescaling shows. The causal
+questions use tiles of other heights than widths, so that the diagonal crosses tiles away from
+their corners; one makes the value of a key infinite that only tiles wholly above the diagonal
+hold for the queries before it, so that a tile computed and masked instead of skipped shows
+(0 x inf is NaN). Every correct answer is then infinite for the queries that attend to that
+key, and finite before it: infinities compare equal, NaN never does. Grouped-query attention
+is asked with group sizes above 1 and kv_heads above 1, where .repeat and .repeat_interleave
+pair the heads differently, and with masks that no inversion turns into a fully masked row.
+The attention functions are PyTorch (driver ``tensors``); the softmax and the mask may be
+numpy or PyTorch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from ._core import Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, judge_case, to_array
+from ._named import by_call
+from .masking import _mask_values
+from .reference import efficient_attention as ref
+from .reference.multi_head import scaled_dot_product_attention
+from .reference.softmax import stable_softmax
+from .softmax import LARGE_ATOL, LARGE_RTOL
+
+TOO_LARGE = 100.0  # scores beyond this are the questions about overflow and underflow
+
+
+def _finite(got: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(got)))
+
+
+def _loosely_when(large: bool, case: Case) -> Case:
+    """The case with float32-sized tolerances when its scores are around +-1000 (float32's
+    spacing there is 6e-5, and a float32 answer is that far from the float64 reference)."""
+    return Case(dataclasses.replace(case.spec, rtol=LARGE_RTOL, atol=LARGE_ATOL), case.call, case.answer,
+                case.expected, case._mistaken, case.others) if large else case
+
+
+# ---------------------------------------------------------------------------- online_softmax
+def _rising(n: int, top: float) -> np.ndarray:
+    """Added to a row: later scores higher, so that the running maximum keeps growing."""
+    return np.linspace(0.0, top, n)
+
+
+def _online_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(x: np.ndarray, block_size: int, note: str = "") -> None:
+        calls.append(Call((x, block_size), what=f"online_softmax(x, block_size={block_size}) for x of shape "
+                                                 f"{x.shape}{note}"))
+
+    # 1. blocks of 4, 4 and 3 over rows that rise; 2. no trend, blocks of 2 (the last of 1)
+    ask(rng.normal(scale=2.0, size=(2, 3, 11)) + _rising(11, 8.0), 4, ", scores growing along each row")
+    ask(rng.normal(scale=3.0, size=(4, 9)), 2)
+    # 3. around +1000 (exp overflows unless the maximum is subtracted), before 4. around -1000,
+    # where a running maximum that starts at 0 underflows every exp to 0 and divides 0 by 0:
+    # in this order, each of the two mistakes fails its own question first
+    ask(1000.0 + rng.normal(scale=3.0, size=(3, 10)) + _rising(10, 6.0), 3, ", scores around 1000")
+    ask(-1000.0 + rng.normal(scale=3.0, size=(3, 10)) + _rising(10, 6.0), 4, ", scores around -1000")
+    # 5. one entry at a time (Milakov & Gimelshein's Algorithm 3); 6. one block longer than the row
+    ask(rng.normal(scale=2.0, size=(5, 7)) + _rising(7, 4.0), 1)
+    ask(rng.normal(scale=2.0, size=(2, 6)), 8, ", one block longer than the row")
+    # 7. masked scores after the first block of every row
+    x = rng.normal(scale=2.0, size=(4, 9)) + _rising(9, 4.0)
+    for row, cols in enumerate([[3], [4, 7], [8], [5, 6]]):
+        x[row, cols] = -np.inf
+    ask(x, 3, " with -inf entries after the first block")
+    return calls
+
+
+def _scores_beyond(call: Call, sign: float) -> bool:
+    """The finite scores of the call lie beyond +TOO_LARGE (sign 1) or below -TOO_LARGE (sign -1)."""
+    x = call.args[0]
+    return bool(np.all(sign * x[np.isfinite(x)] > TOO_LARGE))
+
+
+def _judge_online(case: Case) -> None:
+    """The default judgement, with float32-sized tolerances on the scores around +-1000."""
+    judge_case(_loosely_when(_scores_beyond(case.call, 1) or _scores_beyond(case.call, -1), case))
+
+
+def _online_variant(update: str = "rescaled", divide: bool = True, start: float = -np.inf, shift: bool = True,
+                    factor: str = "m_old - m_new", keepdims: bool = True):
+    """A learner's online softmax, with its choices: how the running sum is updated, the final
+    division, where the running maximum starts, whether it is subtracted, the rescaling
+    factor's sign, keepdims."""
+    def online_softmax(x, block_size):
+        keep = x.shape[:-1] + ((1,) if keepdims else ())
+        m, total = np.full(keep, start), np.zeros(keep)
+        for first in range(0, x.shape[-1], block_size):
+            block = x[..., first:first + block_size]
+            m_new = np.maximum(m, block.max(axis=-1, keepdims=keepdims))
+            terms = np.exp(block - m_new if shift else block).sum(axis=-1, keepdims=keepdims)
+            rescale = np.exp(m - m_new) if factor == "m_old - m_new" else np.exp(m_new - m)
+            total = {"rescaled": total * (rescale if shift else 1.0) + terms, "not_rescaled": total + terms,
+                     "overwritten": terms}[update]
+            m = m_new
+        e = np.exp(x - m if shift else x)
+        return e / total if divide else e
+    return online_softmax
+
+
+def _per_block(x, block_size):
+    return np.concatenate([stable_softmax(x[..., i:i + block_size]) for i in range(0, x.shape[-1], block_size)],
+                          axis=-1)
+
+
+ONLINE_SOFTMAX = Spec(
+    id="efficient_attention-online_softmax",
+    function="online_softmax",
+    inputs=_online_inputs,
+    reference=ref.online_softmax,
+    judge=by_call(_judge_online),
+    variant=_online_variant,
+    knobs=(
+        Knob("update", (("not_rescaled", "the running sum is not rescaled when the running maximum grows: multiply "
+                         "it by exp(m_old - m_new) before adding the new block's sum of exp(x - m_new), so that "
+                         "every term is measured from the same maximum"),
+                        ("overwritten", "the running sum is replaced by each block's own sum instead of carried "
+                         "on: l_new = l * exp(m_old - m_new) + (the block's sum of exp(x - m_new))"))),
+        Knob("divide", ((False, "the final division is missing: the weights are exp(x - m) / l, with m and l the "
+                         "running maximum and sum after the last block"),)),
+    ),
+    mistakes=(
+        Mistake("per_block", "each block is normalized by its own sum (a softmax per block); the weights of a whole "
+                "row must sum to 1: carry one running maximum and one running sum along the row and divide once, "
+                "after the last block", _per_block),
+    ),
+    errors=(
+        Raises("{what} raised {error}. Keep the reduced axis (keepdims=True): the running maximum and sum, of "
+               "shape (..., 1), must broadcast against a block (..., block_size)",
+               example=_online_variant(keepdims=False), match="broadcast|must match the size"),
+    ),
+    hints=(
+        Hint("NaN or infinity at scores around 1000: exp overflows. Subtract the running maximum before "
+             "exponentiating, exp(x - m_new), in the running sum and in the final weights",
+             lambda got, call: _scores_beyond(call, 1) and not _finite(got), example=_online_variant(shift=False)),
+        Hint("NaN or infinity at scores around -1000: every exp(x - m) underflowed to 0, and 0 / 0 followed. The "
+             "running maximum must start at -inf (or at the first block's maximum), not at 0: with m = 0, "
+             "exp(-1000 - 0) is 0",
+             lambda got, call: _scores_beyond(call, -1) and not _finite(got), example=_online_variant(start=0.0)),
+        Hint("NaN or infinity at moderate scores: the rescaling factor is exp(m_old - m_new), at most 1, and 0 "
+             "for the first block (m_old = -inf); exp(m_new - m_old) is infinite there",
+             lambda got, call: not _finite(got) and not np.isneginf(call.args[0]).any()
+             and not _scores_beyond(call, 1) and not _scores_beyond(call, -1),
+             example=_online_variant(factor="m_new - m_old")),
+        Hint("the weights of a row should be positive and sum to 1: exp(x - m) / l along the last axis",
+             lambda got, call: _finite(got) and not np.allclose(got.sum(axis=-1), 1.0, atol=1e-4),
+             example=lambda x, block_size: ref.online_softmax(x, block_size) * 0.9),
+    ),
+)
+
+
+# ---------------------------------------------------------------------------- tiled_attention
+POISONED_KEY = 12  # a multiple of both tile sizes (3 and 4) of the question whose value holds an inf
+
+
+def _qkv(rng: np.random.Generator, batch: int, heads: int, q_len: int, k_len: int, d_k: int,
+         d_v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queries that all lean on feature 0, and keys that rise along it: the scores grow with
+    the key's position, so that the running maximum changes from key block to key block."""
+    query = rng.normal(size=(batch, heads, q_len, d_k))
+    key = rng.normal(size=(batch, heads, k_len, d_k))
+    query[..., 0] = 2.0
+    key[..., 0] += np.linspace(-2.0, 2.0, k_len)
+    return query, key, rng.normal(size=(batch, heads, k_len, d_v))
+
+
+def _shapes(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> str:
+    return f"query {query.shape}, key {key.shape}, value {value.shape}"
+
+
+def _tiled_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(q_block: int, k_block: int, causal: bool, sizes: tuple, note: str = "", arrays=None) -> None:
+        query, key, value = arrays or _qkv(rng, *sizes)
+        kwargs = {"causal": True} if causal else {}
+        flag = ", causal=True" if causal else ""
+        calls.append(Call((query, key, value, q_block, k_block), kwargs,
+                          what=f"tiled_attention(query, key, value, {q_block}, {k_block}{flag}) for "
+                               f"{_shapes(query, key, value)}{note}"))
+
+    ask(3, 4, False, (2, 3, 7, 11, 4, 5))             # 1. blocks of 3 queries and 4 keys; the last ones shorter
+    ask(4, 3, True, (2, 3, 10, 10, 4, 5))             # 2. causal: the diagonal crosses tiles off their corners
+    ask(4, 4, True, (2, 3, 12, 12, 5, 7))             # 3. causal, square tiles on the diagonal
+    ask(16, 16, False, (2, 3, 6, 8, 4, 5), ", one tile holding everything")
+    ask(1, 1, True, (1, 2, 6, 6, 3, 4), ", tiles of one query and one key")
+    # 6. scores around 1000: exp overflows unless the running maximum is subtracted
+    query, key, value = _qkv(rng, 2, 3, 5, 9, 4, 6)
+    query *= 1000.0 / np.max(np.abs(query @ np.swapaxes(key, -1, -2) / 2.0))
+    ask(3, 4, False, (), ", scores around 1000", (query, key, value))
+    # 7. last: the value of key 12 made infinite. The tiles of queries 0-11 with it (queries in
+    # blocks of 3, keys in blocks of 4: key block 12-13) lie wholly above the diagonal: queries
+    # before 12 must not see it, and the queries from 12 on attend to it (an infinite output)
+    query, key, value = _qkv(rng, 2, 3, 14, 14, 4, 5)
+    value[..., POISONED_KEY, :] = np.inf
+    ask(3, 4, True, (), f", the value of key {POISONED_KEY} made infinite", (query, key, value))
+    return calls
+
+
+def _poisoned(call: Call) -> bool:
+    return len(call.args) == 5 and bool(np.isinf(call.args[2]).any())
+
+
+def _large_scores(call: Call) -> bool:
+    query, key = call.args[:2]
+    return bool(np.max(np.abs(query @ np.swapaxes(key, -1, -2))) / math.sqrt(query.shape[-1]) > TOO_LARGE)
+
+
+def _judge_tiled(case: Case) -> None:
+    """The default judgement, except on the question with an infinite value: there the queries
+    before the poisoned key must be finite (the tiles above the diagonal skipped) and right; the
+    queries from it on are infinite in every correct answer."""
+    if not _poisoned(case.call):
+        judge_case(_loosely_when(_large_scores(case.call), case))
+        return
+    got = to_array(case.answer, case.what)
+    expected = np.asarray(case.expected, dtype=np.float64)
+    if got.shape != expected.shape:
+        raise CheckFailed(f"{case.what} has shape {got.shape}; expected {expected.shape}")
+    before, want = got[..., :POISONED_KEY, :], expected[..., :POISONED_KEY, :]
+    if not _finite(before):
+        case.fail(SKIP_TILES)
+    if not np.allclose(before, want, rtol=case.spec.rtol, atol=case.spec.atol):
+        case.fail(f"the outputs of the queries before key {POISONED_KEY} are wrong")
+
+
+SKIP_TILES = (f"the value of key {POISONED_KEY} was made infinite, and NaN (0 x inf) reached queries before "
+              f"{POISONED_KEY}, which may not attend to it: the tiles that lie wholly above the diagonal are computed "
+              "(and masked) instead of skipped. "
+              "Skip them: compute no scores and read no values there, which is the half of the work a causal "
+              "mask saves")
+
+
+def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: bool = True,
+                   causal_mask: str = "entrywise", scale: str = "sqrt_d_k", skip: str = "above",
+                   diagonal: str = ">=", shift: bool = True):
+    """A learner's tiled attention with its choices: which running quantities are rescaled, the
+    final division, how the causal mask is applied, the scale, which tiles are skipped, the
+    comparison of positions inside a tile, and whether the running maximum is subtracted."""
+    def tiled_attention(query, key, value, q_block, k_block, causal=False):
+        divisor = {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0, "d_k": query.shape[-1]}[scale]
+        output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+        for qs in range(0, query.shape[-2], q_block):
+            q = query[..., qs:qs + q_block, :] / divisor
+            rows = q.shape[-2]
+            m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
+            total = q.new_zeros(q.shape[:-1] + (1,))
+            acc = q.new_zeros(q.shape[:-1] + value.shape[-1:])
+            for ks in range(0, key.shape[-2], k_block):
+                cols = min(k_block, key.shape[-2] - ks)
+                if causal and causal_mask != "ignored":
+                    if skip == "above" and ks > qs + rows - 1:
+                        break
+                    if skip == "not_below" and ks + cols - 1 > qs:
+                        break  # keeps only the tiles wholly below the diagonal
+                s = q @ key[..., ks:ks + cols, :].transpose(-2, -1)
+                if causal and causal_mask in ("entrywise", "local"):
+                    offset = (0, 0) if causal_mask == "local" else (qs, ks)
+                    rows_at = torch.arange(offset[0], offset[0] + rows)[:, None]
+                    cols_at = torch.arange(offset[1], offset[1] + cols)[None, :]
+                    s = s.masked_fill(~(rows_at >= cols_at if diagonal == ">=" else rows_at > cols_at), float("-inf"))
+                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if shift else torch.zeros_like(m)
+                factor, p = torch.exp(m - m_new) if shift else 1.0, torch.exp(s - m_new)
+                total = (total * factor if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
+                acc = (acc * factor if rescale_acc else acc) + p @ value[..., ks:ks + cols, :]
+                m = m_new
+            output[..., qs:qs + rows, :] = acc / total if divide else acc
+        return output
+    return tiled_attention
+
+
+def _masks_everything(query, key, value, q_block, k_block, causal=False):
+    """Correct values, but every tile computed, the causal mask applied to all of them: no skipping."""
+    return _tiled_variant(skip="none")(query, key, value, q_block, k_block, causal)
+
+
+def _softmax_per_tile(query, key, value, q_block, k_block, causal=False):
+    """Each key block's softmax on its own, the blocks' outputs added."""
+    out = torch.zeros(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+    for ks in range(0, key.shape[-2], k_block):
+        out += scaled_dot_product_attention(query, key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :])[0]
+    return out
+
+
+def _overwrites(query, key, value, q_block, k_block, causal=False):
+    """The accumulator and the sum replaced by each key block's instead of carried on."""
+    output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        for ks in range(0, key.shape[-2], k_block):
+            s = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+            p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+            acc, total = p @ value[..., ks:ks + k_block, :], p.sum(dim=-1, keepdim=True)
+        output[..., qs:qs + q_block, :] = acc / total
+    return output
+
+
+def _full_block_mask(query, key, value, q_block, k_block, causal=False):
+    """The tile's mask built from q_block and k_block, not from the tile's own (shorter) size."""
+    output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
+        total = q.new_zeros(q.shape[:-1] + (1,))
+        acc = q.new_zeros(q.shape[:-1] + value.shape[-1:])
+        for ks in range(0, key.shape[-2], k_block):
+            s = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+            if causal:
+                s = s.masked_fill(torch.arange(qs, qs + q_block)[:, None] < torch.arange(ks, ks + k_block), float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            total = total * torch.exp(m - m_new) + torch.exp(s - m_new).sum(dim=-1, keepdim=True)
+            acc = acc * torch.exp(m - m_new) + torch.exp(s - m_new) @ value[..., ks:ks + k_block, :]
+            m = m_new
+        output[..., qs:qs + q_block, :] = acc / total
+    return output
+
+
+def _numpy_inside(query, key, value, q_block, k_block, causal=False):
+    return ref.tiled_attention(query, key, value, q_block, k_block, causal).numpy()
+
+
+def _nan_rows(got: np.ndarray) -> np.ndarray:
+    """The query positions whose output holds a NaN or an infinity (over every leading axis)."""
+    return np.flatnonzero(~np.isfinite(got).reshape(-1, got.shape[-2], got.shape[-1]).all(axis=(0, 2)))
+
+
+def _causal(call: Call) -> bool:
+    return bool(call.kwargs.get("causal"))
+
+
+def _first_query_only(got: np.ndarray, call: Call) -> bool:
+    return _causal(call) and _nan_rows(got).tolist() == [0]
+
+
+def _whole_query_blocks(got: np.ndarray, call: Call) -> bool:
+    q_block = call.args[3]
+    return _causal(call) and set(range(min(q_block, got.shape[-2]))) <= set(_nan_rows(got).tolist())
+
+
+TILED_ATTENTION = Spec(
+    id="efficient_attention-tiled_attention",
+    function="tiled_attention",
+    inputs=_tiled_inputs,
+    reference=ref.tiled_attention,
+    driver="tensors",
+    judge=by_call(_judge_tiled),
+    variant=_tiled_variant,
+    knobs=(
+        Knob("rescale_sum", ((False, "the running sum is not rescaled when the running maximum grows: multiply it "
+                              "by exp(m_old - m_new) before adding the new tile's row sums"),)),
+        Knob("rescale_acc", ((False, "the output accumulator is not rescaled when the running maximum grows: "
+                              "multiply it by exp(m_old - m_new), the same factor as the running sum, before "
+                              "adding the new tile's P V"),)),
+        Knob("divide", ((False, "the final division is missing: after the last key block, divide the accumulator "
+                         "by the running sum, output = acc / l"),)),
+        Knob("causal_mask", (
+            ("none", "the causal mask is applied to whole tiles only: the tiles that cross the diagonal are "
+                     "computed without a mask, so a query sees later keys in them. Mask those tiles entry by "
+                     "entry: key position <= query position"),
+            ("local", "the causal mask inside a tile compares the positions within the tile (a tril of the tile), "
+                      "not the absolute positions, q_start + row >= k_start + column: it is right only when the "
+                      "tile's corner sits on the diagonal"),
+            ("ignored", "causal=True is ignored: query i may attend to the keys j <= i only"))),
+        Knob("scale", (("none", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the online softmax"),
+                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"))),
+    ),
+    mistakes=(
+        Mistake("softmax_per_tile", "each key block gets a softmax of its own and the blocks' outputs are added: "
+                "the weights of a query must sum to 1 over all the keys. Carry a running maximum, a running sum "
+                "and an accumulator across the key blocks, rescale the last two when the maximum grows, and "
+                "divide once at the end", _softmax_per_tile),
+        Mistake("overwrites", "the accumulator and the running sum are replaced by each key block's instead of "
+                "carried on: a = a * exp(m_old - m_new) + P V, l = l * exp(m_old - m_new) + (row sums of P)",
+                _overwrites),
+    ),
+    diagnosed=(
+        Mistake("masks_everything", SKIP_TILES, _masks_everything),
+    ),
+    errors=(
+        Raises("{what} raised {error}. The last block is shorter when the block size does not divide the length: "
+               "build a tile's mask and slices from the tile's own size (scores.shape[-2], scores.shape[-1]), "
+               "not from q_block and k_block",
+               example=_full_block_mask, match="must match the size|shape mismatch|size of tensor|Expected size"),
+        Raises("{what} raised {error}: the tensors are PyTorch here; use torch functions and tensor methods "
+               "(torch.exp, torch.maximum, .amax, .masked_fill), not numpy's",
+               example=_numpy_inside, match="numpy array for a torch tensor input"),
+    ),
+    hints=(
+        Hint("NaN in the output of query 0 only: under the causal mask a query may attend to itself, key j <= "
+             "query i; with j < i the first query sees no key at all and 0 / 0 follows",
+             _first_query_only, example=_tiled_variant(diagonal=">")),
+        Hint("NaN in the outputs of whole query blocks: under the causal mask these queries met no key they may "
+             "see. The tiles that cross the diagonal hold such keys: compute them and mask them entry by entry; "
+             "skip only the tiles that lie wholly above the diagonal",
+             _whole_query_blocks, example=_tiled_variant(skip="not_below")),
+        Hint("NaN or infinity at scores around 1000: exp overflows. Subtract the running maximum before "
+             "exponentiating, exp(S - m_new)",
+             lambda got, call: _large_scores(call) and not _finite(got), example=_tiled_variant(shift=False)),
+    ),
+)
+
+
+# ---------------------------------------------------------------------- grouped_query_attention
+def _gqa_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(batch, heads, kv_heads, q_len, k_len, d_k, d_v, mask=None, mask_name="", raises=""):
+        query = rng.normal(size=(batch, heads, q_len, d_k))
+        key = rng.normal(size=(batch, kv_heads, k_len, d_k))
+        value = rng.normal(size=(batch, kv_heads, k_len, d_v))
+        what = (f"grouped_query_attention(query, key, value{', mask' if mask is not None else ''}) for "
+                f"{heads} query heads and {kv_heads} key/value heads, {_shapes(query, key, value)}{mask_name}")
+        calls.append(Call((query, key, value) + (() if mask is None else (mask,)), what=what, raises=raises))
+
+    ask(2, 12, 4, 5, 7, 8, 9)                                          # 1. groups of 3
+    # 2. groups of 4, with a sliding-window mask (window 3 over 6 tokens): every row keeps a key
+    # and hides one, so that an inverted mask hides no whole row either
+    ask(2, 12, 3, 6, 6, 5, 7, ref.sliding_window_mask(6, 3), ", mask a sliding window (6, 6) of 3 keys")
+    # 3. multi-query attention with a padding mask (3, 1, 1, 7): every sequence shorter than 7
+    lengths = rng.permutation(np.array([2, 4, 6]))
+    padding = (np.arange(7)[None, :] < lengths[:, None])[:, None, None, :]
+    ask(3, 6, 1, 4, 7, 5, 2, padding, ", padding mask (3, 1, 1, 7)")
+    ask(2, 5, 5, 3, 4, 6, 7)                                           # 4. multi-head attention
+    ask(1, 12, 5, 2, 3, 4, 6, raises="ValueError")                    # 5. 5 does not divide 12
+    return calls
+
+
+def _gqa_variant(pairing: str = "consecutive", scale: str = "sqrt_d_k", masking: str = "applied"):
+    """A learner's grouped-query attention with its choices: how the key/value heads are paired
+    with the query heads, the scale, how the mask is applied."""
+    def grouped_query_attention(query, key, value, mask=None):
+        heads, kv_heads = query.shape[1], key.shape[1]
+        if heads % kv_heads:
+            raise ValueError("kv_heads must divide heads")
+        group = heads // kv_heads
+        consecutive, tiled = (lambda t: t.repeat_interleave(group, dim=1)), (lambda t: t.repeat(1, group, 1, 1))
+        key = (tiled if pairing in ("tiled", "keys_tiled") else consecutive)(key)
+        value = (tiled if pairing in ("tiled", "values_tiled") else consecutive)(value)
+        scores = query @ key.transpose(-2, -1) / {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0,
+                                                   "d_k": query.shape[-1]}[scale]
+        if mask is not None and masking != "ignored":
+            scores = scores.masked_fill(mask if masking == "inverted" else ~mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ value
+    return grouped_query_attention
+
+
+def _group_by_kv_heads(query, key, value, mask=None):
+    """Query head h reads key/value head h // kv_heads (the number of groups taken for the group size)."""
+    index = torch.arange(query.shape[1]) // key.shape[1]
+    return scaled_dot_product_attention(query, key[:, index], value[:, index], mask)[0]
+
+
+def _unchecked(query, key, value, mask=None):
+    """No check that kv_heads divides heads: the expanded heads do not match the query's."""
+    group = query.shape[1] // key.shape[1]
+    return scaled_dot_product_attention(query, key.repeat_interleave(group, dim=1),
+                                        value.repeat_interleave(group, dim=1), mask)[0]
+
+
+GROUPED_QUERY_ATTENTION = Spec(
+    id="efficient_attention-grouped_query_attention",
+    function="grouped_query_attention",
+    inputs=_gqa_inputs,
+    reference=ref.grouped_query_attention,
+    driver="tensors",
+    judge=by_call(),
+    variant=_gqa_variant,
+    knobs=(
+        Knob("pairing", (
+            ("tiled", "query head h reads key/value head h % kv_heads, as .repeat(1, group, 1, 1) (or a view of the "
+                      "heads as (group, kv_heads)) pairs them; in the stated order the heads of a group are "
+                      "consecutive, head h reads key/value head h // group: repeat_interleave(group, dim=1), or "
+                      "a view of the heads as (kv_heads, group)"),
+            ("keys_tiled", "the keys are paired with the query heads as .repeat pairs them (head h with key head "
+                           "h % kv_heads), the values in the stated order: both are shared the same way, head h "
+                           "reads key and value head h // group (repeat_interleave for both)"),
+            ("values_tiled", "the values are paired with the query heads as .repeat pairs them (head h with value "
+                             "head h % kv_heads), the keys in the stated order: both are shared the same way, head "
+                             "h reads key and value head h // group (repeat_interleave for both)"))),
+        Knob("scale", (("none", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the softmax"),
+                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"))),
+        Knob("masking", (("ignored", "it ignores the mask: fill the scores where the mask is False with -inf "
+                                     "before the softmax"),
+                         ("inverted", "the mask is inverted: True means the query may attend to the key; fill the "
+                                      "scores where the mask is False"))),
+    ),
+    mistakes=(
+        Mistake("group_by_kv_heads", "query head h reads key/value head h // kv_heads: the group size is heads // "
+                "kv_heads, the number of query heads that share one key/value head, so head h reads key/value "
+                "head h // (heads // kv_heads)", _group_by_kv_heads),
+    ),
+    errors=(
+        Raises("{what} raised {error}; it should raise ValueError, as the docstring says: kv_heads does not divide "
+               "heads there, so check heads % kv_heads before expanding or reshaping the heads",
+               example=_unchecked, match=".", when=lambda call: bool(call.raises)),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------- kv_cache_bytes
+def _kv_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (d_model, heads, kv_heads, bytes per value): GQA, a Llama-2-70B-like GQA, MQA in float32, MHA
+    for d_model, heads, kv_heads, size in [(96, 12, 2, 2), (4096, 32, 8, 2), (64, 8, 1, 4), (48, 4, 4, 4)]:
+        tokens, layers = int(rng.integers(3, 60)), int(rng.integers(3, 40))
+        calls.append(Call((tokens, layers, d_model, heads, kv_heads, size),
+                          what=f"kv_cache_bytes(tokens, layers, d_model={d_model}, heads={heads}, "
+                               f"kv_heads={kv_heads}, bytes_per_value={size})"))
+    calls.append(Call((5, 3, 96, 12, 5, 2), raises="ValueError",
+                      what="kv_cache_bytes(tokens, layers, d_model=96, heads=12, kv_heads=5, bytes_per_value=2)"))
+    calls.append(Call((5, 3, 100, 12, 4, 2), raises="ValueError",
+                      what="kv_cache_bytes(tokens, layers, d_model=100, heads=12, kv_heads=4, bytes_per_value=2)"))
+    return calls
+
+
+def _kv_variant(factor: int = 2, heads_counted: str = "kv_heads", width: str = "d_head", layers_counted: bool = True,
+                unit: str = "bytes"):
+    """A learner's count with its choices: what is cached per token, which heads, how wide, the layers, the unit."""
+    def kv_cache_bytes(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+        if d_model % heads or heads % kv_heads:
+            raise ValueError("heads must divide d_model and kv_heads must divide heads")
+        count = kv_heads if heads_counted == "kv_heads" else heads
+        per_head = d_model // heads if width == "d_head" else d_model
+        return (factor * tokens * (layers if layers_counted else 1) * count * per_head * bytes_per_value
+                * (8 if unit == "bits" else 1))
+    return kv_cache_bytes
+
+
+KV_CACHE_BYTES = Spec(
+    id="efficient_attention-kv_cache_bytes",
+    function="kv_cache_bytes",
+    inputs=_kv_inputs,
+    reference=ref.kv_cache_bytes,
+    judge=by_call(),
+    variant=_kv_variant,
+    knobs=(
+        Knob("factor", ((1, "it counts the keys only (or the values only): the cache holds a key and a value per "
+                            "token, layer and key/value head, a factor 2"),
+                        (3, "it counts the queries too: only keys and values are cached (a query is used once, at "
+                            "its own step), a factor 2, not 3"))),
+        Knob("heads_counted", (("heads", "it counts every query head: only the kv_heads key/value heads are cached "
+                                         "(kv_heads = heads in multi-head attention, fewer in GQA and MQA)"),)),
+        Knob("width", (("d_model", "each key/value head holds d_head = d_model // heads numbers, not d_model"),)),
+        Knob("layers_counted", ((False, "it leaves out the layers: every layer caches its own keys and values"),)),
+        Knob("unit", (("bits", "it counts bits: the answer is in bytes, bytes_per_value per number"),)),
+    ),
+)
+
+
+# ------------------------------------------------------------------------- sliding_window_mask
+def _window_inputs(rng: np.random.Generator) -> list[Call]:
+    seq_len, window = int(rng.integers(8, 12)), int(rng.integers(3, 6))
+    sizes = [(seq_len, window), (7, 2), (6, 1), (5, 5), (4, 9)]  # window 1: itself; window >= seq_len: causal
+    calls = [Call((n, w), what=f"sliding_window_mask({n}, {w})") for n, w in sizes]
+    calls.append(Call((5, 0), raises="ValueError", what="sliding_window_mask(5, 0)"))
+    return calls
+
+
+def _window(keep):
+    """A learner's mask from a rule ``keep(i, j, window)`` on query i (rows) and key j (columns)."""
+    def sliding_window_mask(seq_len, window):
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        i, j = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
+        return keep(i, j, window)
+    return sliding_window_mask
+
+
+SLIDING_WINDOW_MASK = Spec(
+    id="efficient_attention-sliding_window_mask",
+    function="sliding_window_mask",
+    inputs=_window_inputs,
+    reference=ref.sliding_window_mask,
+    prepare=_mask_values,
+    judge=by_call(),
+    mistakes=(
+        Mistake("one_too_many", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
+                "keys, the query itself and the w - 1 before it: i - window < j <= i",
+                _window(lambda i, j, w: (j <= i) & (j >= i - w))),
+        Mistake("one_too_few", "each query sees window - 1 keys (off by one: j > i - window + 1); a window of w is w "
+                "keys, the query itself and the w - 1 before it: i - window < j <= i",
+                _window(lambda i, j, w: (j <= i) & (j > i - w + 1))),
+        Mistake("not_itself", "a query does not see itself (j < i): the window holds the query's own position and "
+                "the window - 1 before it, i - window < j <= i", _window(lambda i, j, w: (j < i) & (j >= i - w))),
+        Mistake("both_sides", "it is a band on both sides of the diagonal: a causal window also hides the future, "
+                "j <= i", _window(lambda i, j, w: np.abs(i - j) < w)),
+        Mistake("inverted", "it is inverted: True marks the positions to hide; in this course True = may attend",
+                _window(lambda i, j, w: ~((j <= i) & (j > i - w)))),
+        Mistake("transposed", "it is transposed: row i is query i, which may attend to the keys (columns) j with "
+                "i - window < j <= i, on and below the diagonal", _window(lambda i, j, w: (i <= j) & (i > j - w))),
+        Mistake("causal_only", "it is the plain causal mask: the window is ignored, and keys more than window - 1 "
+                "positions back must be hidden too", _window(lambda i, j, w: j <= i)),
+    ),
+)
+
+SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK)

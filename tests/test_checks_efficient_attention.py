@@ -1,0 +1,522 @@
+"""Mistake and variant cases of notebook 14's checks, run in process (no kernel).
+
+The catalogues of grader/checks/efficient_attention.py are asserted by tests/test_catalogue.py;
+here are the learner-style answers written independently of them: wrong ones that must get
+their diagnosis, and valid alternatives (numpy or torch, float32 or float64, other loop orders,
+an accumulator kept normalized, a grouped view instead of a copy) that must score full marks.
+Then what the notebook's measurements rest on: coursekit.measure counts bytes and keeps
+time in turns.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from coursekit.measure import fastest_seconds, peak_bytes
+from grader.checks import check
+from tests.check_cases import shared_tests
+from tests.conftest import solution_namespace
+
+# The mistakes overflow and divide 0 by 0 on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def efficient_attention_notebook() -> dict:
+    """The reference functions of notebook 14 (online_softmax, tiled_attention, ...)."""
+    return solution_namespace("14_efficient_attention")
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------- online_softmax
+
+def _online_torch_float32(x, block_size):
+    x = torch.as_tensor(x, dtype=torch.float32)
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"))
+    s = torch.zeros(x.shape[:-1] + (1,))
+    for block in torch.split(x, block_size, dim=-1):
+        new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        s = s * torch.exp(m - new) + torch.exp(block - new).sum(dim=-1, keepdim=True)
+        m = new
+    return torch.exp(x - m) / s
+
+
+def _online_log_sum_exp(x, block_size):
+    """A running log-sum-exp instead of a running maximum and sum."""
+    lse = np.full(x.shape[:-1] + (1,), -np.inf)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        top = block.max(axis=-1, keepdims=True)
+        lse = np.logaddexp(lse, top + np.log(np.exp(block - top).sum(axis=-1, keepdims=True)))
+    return np.exp(x - lse)
+
+
+def _online_first_block(x, block_size):
+    """The running maximum and sum started from the first block, not from -inf and 0."""
+    first = x[..., :block_size]
+    m = first.max(axis=-1, keepdims=True)
+    s = np.exp(first - m).sum(axis=-1, keepdims=True)
+    for start in range(block_size, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]
+        new = np.maximum(m, block.max(axis=-1, keepdims=True))
+        s = s * np.exp(m - new) + np.exp(block - new).sum(axis=-1, keepdims=True)
+        m = new
+    return np.exp(x - m) / s
+
+
+def _online_entry_by_entry(x, block_size):
+    """Milakov & Gimelshein's Algorithm 3 as written: one entry at a time (the blocks ignored,
+    the same weights)."""
+    m = np.full(x.shape[:-1], -np.inf)
+    d = np.zeros(x.shape[:-1])
+    for j in range(x.shape[-1]):
+        new = np.maximum(m, x[..., j])
+        d = d * np.exp(m - new) + np.exp(x[..., j] - new)
+        m = new
+    return np.exp(x - m[..., None]) / d[..., None]
+
+
+def _online_torch_no_rescale(x, block_size):
+    x = torch.as_tensor(x)
+    m, s = torch.tensor(float("-inf")).expand(x.shape[:-1] + (1,)), torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
+    for block in x.split(block_size, dim=-1):
+        m = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
+        s = s + torch.exp(block - m).sum(dim=-1, keepdim=True)
+    return torch.exp(x - m) / s
+
+
+def _online_torch_no_division(x, block_size):
+    x = torch.as_tensor(x)
+    m = x[..., :1].clone()
+    for block in x.split(block_size, dim=-1):
+        m = torch.maximum(m, block.max(dim=-1, keepdim=True).values)
+    return torch.exp(x - m)
+
+
+# ---------------------------------------------------------------- tiled_attention
+
+def _tiled_normalized(query, key, value, q_block, k_block, causal=False):
+    """FlashAttention-1's bookkeeping: the output kept normalized after every tile."""
+    out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+    scale = query.shape[-1] ** -0.5
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :]
+        rows = q.shape[-2]
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        s = torch.zeros_like(m)
+        o = torch.zeros(q.shape[:-1] + value.shape[-1:], dtype=q.dtype)
+        for ks in range(0, key.shape[-2], k_block):
+            if causal and ks >= qs + rows:
+                continue
+            scores = torch.einsum("...qd,...kd->...qk", q, key[..., ks:ks + k_block, :]) * scale
+            if causal:
+                visible = torch.arange(qs, qs + rows)[:, None] >= torch.arange(ks, ks + scores.shape[-1])
+                scores = torch.where(visible, scores, -math.inf)
+            new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+            p = torch.exp(scores - new)
+            s_new = s * torch.exp(m - new) + p.sum(dim=-1, keepdim=True)
+            o = (o * s * torch.exp(m - new) + p @ value[..., ks:ks + k_block, :]) / s_new
+            m, s = new, s_new
+        out[..., qs:qs + rows, :] = o
+    return out
+
+
+def _tiled_float32_full_mask(query, key, value, q_block, k_block, causal=False):
+    """float32 throughout, the causal mask built once (q_len, k_len) and cut into tiles."""
+    query, key, value = (t.float() for t in (query, key, value))
+    allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril()
+    out = torch.zeros(query.shape[:-1] + value.shape[-1:])
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        m = torch.full(q.shape[:-1] + (1,), -math.inf)
+        total, acc = torch.zeros_like(m), torch.zeros(q.shape[:-1] + value.shape[-1:])
+        last = qs + q.shape[-2] - 1
+        for ks in range(0, key.shape[-2] if not causal else last + 1, k_block):
+            scores = q @ key[..., ks:ks + k_block, :].mT
+            if causal:
+                scores = scores.masked_fill(~allowed[qs:qs + q_block, ks:ks + k_block], -math.inf)
+            new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            f = (m - new).exp()
+            p = (scores - new).exp()
+            total, acc, m = total * f + p.sum(-1, keepdim=True), acc * f + p @ value[..., ks:ks + k_block, :], new
+        out[..., qs:qs + q_block, :] = acc / total
+    return out
+
+
+def _tiled_keys_outside(query, key, value, q_block, k_block, causal=False):
+    """FlashAttention-1's loop order: key blocks outside, every query's running state kept."""
+    q_len = query.shape[-2]
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    acc = torch.zeros(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+    for ks in range(0, key.shape[-2], k_block):
+        k, v = key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :]
+        for qs in range(0, q_len, q_block):
+            rows = min(q_block, q_len - qs)
+            if causal and ks > qs + rows - 1:
+                continue
+            scores = query[..., qs:qs + rows, :] @ k.transpose(-2, -1) / math.sqrt(query.shape[-1])
+            if causal:
+                scores = scores.masked_fill(torch.arange(qs, qs + rows)[:, None] < torch.arange(ks, ks + k.shape[-2]),
+                                            -math.inf)
+            part = slice(qs, qs + rows)
+            new = torch.maximum(m[..., part, :], scores.amax(-1, keepdim=True))
+            f, p = torch.exp(m[..., part, :] - new), torch.exp(scores - new)
+            total[..., part, :] = total[..., part, :] * f + p.sum(-1, keepdim=True)
+            acc[..., part, :] = acc[..., part, :] * f + p @ v
+            m[..., part, :] = new
+    return acc / total
+
+
+def _tiled_trimmed_diagonal(query, key, value, q_block, k_block, causal=False):
+    """Under the causal mask, a tile that crosses the diagonal is cut to the keys its last query
+    may see before its scores are computed: fewer wasted scores, the same answer."""
+    out = query.new_empty(query.shape[:-1] + value.shape[-1:])
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] * query.shape[-1] ** -0.5
+        last = qs + q.shape[-2] - 1
+        m = q.new_full(q.shape[:-1] + (1,), -math.inf)
+        total, acc = q.new_zeros(q.shape[:-1] + (1,)), q.new_zeros(q.shape[:-1] + value.shape[-1:])
+        for ks in range(0, key.shape[-2], k_block):
+            ke = min(ks + k_block, key.shape[-2], last + 1) if causal else min(ks + k_block, key.shape[-2])
+            if ke <= ks:
+                break
+            scores = q @ key[..., ks:ke, :].transpose(-1, -2)
+            if causal:
+                scores = scores.masked_fill(torch.arange(qs, last + 1)[:, None] < torch.arange(ks, ke), -math.inf)
+            new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            p = torch.exp(scores - new)
+            total = total * torch.exp(m - new) + p.sum(-1, keepdim=True)
+            acc = acc * torch.exp(m - new) + p @ value[..., ks:ke, :]
+            m = new
+        out[..., qs:last + 1, :] = acc / total
+    return out
+
+
+def _tiled_no_acc_rescale(query, key, value, q_block, k_block, causal=False):
+    out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        total = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-1] + value.shape[-1:], dtype=q.dtype)
+        for ks in range(0, key.shape[-2], k_block):
+            if causal and ks > qs + q.shape[-2] - 1:
+                break
+            scores = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+            if causal:
+                scores = scores.masked_fill(torch.arange(qs, qs + q.shape[-2])[:, None]
+                                            < torch.arange(ks, ks + scores.shape[-1]), -math.inf)
+            new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            total = total * torch.exp(m - new) + torch.exp(scores - new).sum(-1, keepdim=True)
+            acc = acc + torch.exp(scores - new) @ value[..., ks:ks + k_block, :]
+            m = new
+        out[..., qs:qs + q_block, :] = acc / total
+    return out
+
+
+def _tiled_causal_tiles_only(query, key, value, q_block, k_block, causal=False):
+    """Under the causal mask, each query block attends, unmasked, to every key of the tiles it
+    keeps: up to the end of the key block that holds its last query."""
+    outputs = []
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :]
+        end = key.shape[-2] if not causal else min(key.shape[-2], ((qs + q.shape[-2] - 1) // k_block + 1) * k_block)
+        outputs.append(F.scaled_dot_product_attention(q, key[..., :end, :], value[..., :end, :]))
+    return torch.cat(outputs, dim=-2)
+
+
+def _tiled_masks_every_tile(query, key, value, q_block, k_block, causal=False):
+    """Right values from every tile computed and masked: nothing skipped."""
+    mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril() if causal else None
+    out = []
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :]
+        scores = q @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask[qs:qs + q_block], -math.inf)
+        out.append(torch.softmax(scores, dim=-1) @ value)
+    return torch.cat(out, dim=-2)
+
+
+def _tiled_numpy(query, key, value, q_block, k_block, causal=False):
+    scores = np.asarray(query) @ np.swapaxes(np.asarray(key), -1, -2) / math.sqrt(query.shape[-1])
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)) @ np.asarray(value)
+
+
+def _tiled_no_return(query, key, value, q_block, k_block, causal=False):
+    _tiled_normalized(query, key, value, q_block, k_block, causal)
+
+
+# ---------------------------------------------------------------- grouped_query_attention
+
+def _gqa_grouped_view(query, key, value, mask=None):
+    """No copy: the query heads viewed as (batch, kv_heads, group, q_len, d_k), keys broadcast."""
+    b, heads, q_len, d_k = query.shape
+    kv_heads = key.shape[1]
+    if heads % kv_heads:
+        raise ValueError("heads must be a multiple of kv_heads")
+    q = query.reshape(b, kv_heads, heads // kv_heads, q_len, d_k)
+    scores = q @ key.unsqueeze(2).transpose(-2, -1) / math.sqrt(d_k)        # (b, kv, g, q, k)
+    if mask is not None:
+        mask = torch.as_tensor(mask)
+        full = mask.expand(b, heads, q_len, key.shape[2]) if mask.dim() == 4 else mask.expand(b, heads, *mask.shape[-2:])
+        scores = scores.masked_fill(~full.reshape(scores.shape), float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ value.unsqueeze(2)).reshape(b, heads, q_len, -1)
+
+
+def _gqa_per_head(query, key, value, mask=None):
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if heads % kv_heads != 0:
+        raise ValueError(f"{kv_heads} key/value heads cannot serve {heads} query heads")
+    outputs = []
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        scores = torch.einsum("bqd,bkd->bqk", query[:, h], key[:, g]) / query.shape[-1] ** 0.5
+        if mask is not None:
+            m = mask if mask.dim() < 4 else mask[:, 0]
+            scores = scores.masked_fill(~m, -1e9)
+        outputs.append(torch.softmax(scores, dim=-1) @ value[:, g])
+    return torch.stack(outputs, dim=1)
+
+
+def _gqa_expand(query, key, value, mask=None):
+    b, kv_heads, k_len, d_k = key.shape
+    group, rest = divmod(query.shape[1], kv_heads)
+    if rest:
+        raise ValueError("kv_heads must divide heads")
+    k = key[:, :, None].expand(b, kv_heads, group, k_len, d_k).reshape(b, -1, k_len, d_k)
+    v = value[:, :, None].expand(b, kv_heads, group, k_len, value.shape[-1]).reshape(b, -1, k_len, value.shape[-1])
+    return F.scaled_dot_product_attention(query.float(), k.float(), v.float(), attn_mask=mask)
+
+
+def _gqa_builtin(query, key, value, mask=None):
+    if query.shape[1] % key.shape[1]:
+        raise ValueError("kv_heads must divide heads")
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
+
+
+def _gqa_repeat(query, key, value, mask=None):
+    group = query.shape[1] // key.shape[1]
+    if query.shape[1] % key.shape[1]:
+        raise ValueError("kv_heads must divide heads")
+    return F.scaled_dot_product_attention(query, key.repeat(1, group, 1, 1), value.repeat(1, group, 1, 1),
+                                          attn_mask=mask)
+
+
+def _gqa_modulo_loop(query, key, value, mask=None):
+    """A per-head loop that pairs head h with key/value head h % kv_heads."""
+    if query.shape[1] % key.shape[1]:
+        raise ValueError("kv_heads must divide heads")
+    kv = key.shape[1]
+    return torch.stack([F.scaled_dot_product_attention(query[:, h], key[:, h % kv], value[:, h % kv],
+                                                       attn_mask=None if mask is None else
+                                                       (mask if mask.dim() < 4 else mask[:, 0]))
+                        for h in range(query.shape[1])], dim=1)
+
+
+def _gqa_unchecked(query, key, value, mask=None):
+    group = query.shape[1] // key.shape[1]
+    return F.scaled_dot_product_attention(query, key.repeat_interleave(group, 1), value.repeat_interleave(group, 1),
+                                          attn_mask=mask)
+
+
+def _gqa_no_mask(query, key, value, mask=None):
+    return _gqa_builtin(query, key, value)
+
+
+# ---------------------------------------------------------------- kv_cache_bytes
+
+def _kv_prod(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("the heads do not divide evenly")
+    return math.prod([2, tokens, layers, kv_heads, d_model // heads, bytes_per_value])
+
+
+def _kv_float(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    if d_model % heads != 0:
+        raise ValueError("heads must divide d_model")
+    if heads % kv_heads != 0:
+        raise ValueError("kv_heads must divide heads")
+    per_token = 2 * layers * kv_heads * (d_model / heads) * bytes_per_value
+    return np.float64(per_token * tokens)
+
+
+def _kv_keys_only(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("no")
+    return tokens * layers * kv_heads * (d_model // heads) * bytes_per_value
+
+
+def _kv_mha(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("no")
+    return 2 * tokens * layers * d_model * bytes_per_value
+
+
+def _kv_unchecked(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    return 2 * tokens * layers * kv_heads * (d_model // heads) * bytes_per_value
+
+
+# ---------------------------------------------------------------- sliding_window_mask
+
+def _window_torch(seq_len, window):
+    if window < 1:
+        raise ValueError("window must be positive")
+    return torch.ones(seq_len, seq_len).tril().triu(-(window - 1)).bool()
+
+
+def _window_difference(seq_len, window):
+    if window <= 0:
+        raise ValueError("a window holds at least one key")
+    ones = np.ones((seq_len, seq_len), dtype=bool)
+    return np.tril(ones) & ~np.tril(ones, k=-window)
+
+
+def _window_lists(seq_len, window):
+    if window < 1:
+        raise ValueError("window < 1")
+    return [[i - window < j <= i for j in range(seq_len)] for i in range(seq_len)]
+
+
+def _window_torch_plus_one(seq_len, window):
+    if window < 1:
+        raise ValueError("window must be positive")
+    return torch.ones(seq_len, seq_len).tril().triu(-window).bool()
+
+
+def _window_symmetric(seq_len, window):
+    if window < 1:
+        raise ValueError("window must be positive")
+    i = np.arange(seq_len)
+    return np.abs(i[:, None] - i[None, :]) < window
+
+
+def _window_no_check(seq_len, window):
+    i = np.arange(seq_len)
+    return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
+
+
+MISTAKES = {
+    "efficient_attention-online_softmax": [
+        (_online_torch_no_rescale, "not rescaled when the running maximum grows"),
+        (_online_torch_no_division, "the final division is missing"),
+        (stub, "not answered yet"),
+        (lambda x, block_size: None, "returns nothing (None)"),
+    ],
+    "efficient_attention-tiled_attention": [
+        (_tiled_no_acc_rescale, "accumulator is not rescaled"),
+        (_tiled_causal_tiles_only, "applied to whole tiles only"),
+        (_tiled_masks_every_tile, "tiles that lie wholly above the diagonal are computed"),
+        (_tiled_numpy, "the tensors are PyTorch here"),
+        (_tiled_no_return, "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
+    "efficient_attention-grouped_query_attention": [
+        (_gqa_repeat, "reads key/value head h % kv_heads"),
+        (_gqa_modulo_loop, "reads key/value head h % kv_heads"),
+        (_gqa_unchecked, "it should raise ValueError"),
+        (_gqa_no_mask, "it ignores the mask"),
+        (stub, "not answered yet"),
+    ],
+    "efficient_attention-kv_cache_bytes": [
+        (_kv_keys_only, "a factor 2"),
+        (_kv_mha, "counts every query head"),
+        (_kv_unchecked, "it should raise ValueError"),
+        (stub, "not answered yet"),
+    ],
+    "efficient_attention-sliding_window_mask": [
+        (_window_torch_plus_one, "window + 1 keys"),
+        (_window_symmetric, "both sides of the diagonal"),
+        (_window_no_check, "it should raise ValueError"),
+        (stub, "not answered yet"),
+    ],
+}
+
+VARIANTS = {
+    "efficient_attention-online_softmax": [
+        _online_torch_float32,
+        _online_log_sum_exp,
+        _online_first_block,
+        _online_entry_by_entry,
+    ],
+    "efficient_attention-tiled_attention": [
+        _tiled_normalized,
+        _tiled_float32_full_mask,
+        _tiled_keys_outside,
+        _tiled_trimmed_diagonal,
+    ],
+    "efficient_attention-grouped_query_attention": [
+        _gqa_grouped_view,
+        _gqa_per_head,
+        _gqa_expand,
+        _gqa_builtin,
+    ],
+    "efficient_attention-kv_cache_bytes": [
+        _kv_prod,
+        _kv_float,
+    ],
+    "efficient_attention-sliding_window_mask": [
+        _window_torch,
+        _window_difference,
+        _window_lists,
+    ],
+}
+
+
+globals().update(shared_tests("efficient_attention", MISTAKES, VARIANTS, solutions="efficient_attention_notebook",
+                              seeds=8))
+
+
+def test_tiled_reference_matches_pytorch_for_many_tile_shapes(efficient_attention_notebook):
+    """The notebook's claim, beyond the hidden questions: any tile shape gives PyTorch's attention."""
+    tiled = efficient_attention_notebook["tiled_attention"]
+    torch.manual_seed(3)
+    q, k, v = torch.randn(2, 3, 13, 6, dtype=torch.float64), torch.randn(2, 3, 13, 6, dtype=torch.float64), \
+        torch.randn(2, 3, 13, 4, dtype=torch.float64)
+    for q_block, k_block in [(1, 13), (13, 1), (2, 5), (5, 2), (7, 7), (20, 3)]:
+        for causal in (False, True):
+            torch.testing.assert_close(tiled(q, k, v, q_block, k_block, causal=causal),
+                                       F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+
+
+def test_peak_bytes_counts_what_a_call_holds_at_once():
+    n = 1000
+    x = torch.ones(n)
+    assert peak_bytes(lambda: None) == 0
+    # one temporary of n float32 numbers, then a result of n: at most two held at once
+    assert 2 * 4 * n <= peak_bytes(lambda: (x * 2) + 1) <= 2 * 4 * n + 64
+    # a score matrix of (heads, n, n) float32 numbers held with its softmax: twice its size at least
+    heads, length = 2, 256
+    q = torch.randn(1, heads, length, 8)
+    held = peak_bytes(lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1))
+    assert 2 * heads * length * length * 4 <= held <= 3 * heads * length * length * 4
+    assert peak_bytes(lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1)) == held, "a count, the same every time"
+
+
+def test_fastest_seconds_runs_every_call_in_turns_and_keeps_the_fastest():
+    order = []
+    best = fastest_seconds({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3, at_least=0)
+    assert order == ["a", "b"] * 3 and list(best) == ["a", "b"] and all(0 <= s < 1 for s in best.values())
+    calls = []
+    fastest_seconds({"quick": lambda: calls.append(1)}, repeats=1, at_least=10.0, most=7)
+    assert len(calls) == 7, "a quick call runs until it has spent at_least seconds, or most rounds"
+    with pytest.raises(ValueError, match="at least 1"):
+        fastest_seconds({"a": lambda: None}, repeats=0)
+
+
+def test_checks_do_not_trust_inputs_changed_in_place():
+    def in_place(x, block_size):
+        x -= x.max(axis=-1, keepdims=True)
+        np.exp(x, out=x)
+        x /= x.sum(axis=-1, keepdims=True)
+        return x
+    check("efficient_attention-online_softmax", in_place)
