@@ -19,6 +19,7 @@ def _with_claims() -> list[str]:
     return found
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("assignment", _with_claims())
 def test_every_claim_of_the_prose_holds_in_the_solution_s_run(assignment):
     verdicts = claims.verify(course.SOLUTIONS / assignment / f"{assignment}.ipynb")
@@ -41,6 +42,7 @@ def _notebook(tmp_path, cells):
     return path
 
 
+@pytest.mark.kernel
 def test_a_false_claim_a_vanished_claim_and_a_bad_expression_fail(tmp_path):
     path = _notebook(tmp_path, [
         ("code", "x = 3", None),
@@ -68,6 +70,7 @@ def test_a_false_claim_a_vanished_claim_and_a_bad_expression_fail(tmp_path):
     assert verdicts[("twice x", "y")].why == "a check must give a bool, got str '12'"
 
 
+@pytest.mark.kernel
 def test_numpy_and_torch_truth_values_count_as_bools(tmp_path):
     path = _notebook(tmp_path, [
         ("code", "import numpy as np, torch\na = np.arange(3)\nt = torch.tensor([1.0, 2.0])", None),

@@ -20,6 +20,8 @@ from grader import course, forkserver
 from grader.forkserver import ForkedKernelProvisioner
 from tests.kernels import Kernel, kernel
 
+pytestmark = pytest.mark.kernel
+
 # what a student's kernel leaves behind, to be looked for from the next one
 LEAVE_MARKS = """
 import os, sys, json, subprocess, numpy, coursekit.plots

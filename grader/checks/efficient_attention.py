@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from ._core import Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, judge_case, to_array
-from ._named import by_call
 from .masking import _mask_values
 from .reference import efficient_attention as ref
 from .reference.multi_head import scaled_dot_product_attention
@@ -119,7 +118,8 @@ ONLINE_SOFTMAX = Spec(
     function="online_softmax",
     inputs=_online_inputs,
     reference=ref.online_softmax,
-    judge=by_call(_judge_online),
+    judge=_judge_online,
+    by_call=True,
     variant=_online_variant,
     knobs=(
         Knob("update", (("not_rescaled", "the running sum is not rescaled when the running maximum grows: multiply "
@@ -354,7 +354,8 @@ TILED_ATTENTION = Spec(
     inputs=_tiled_inputs,
     reference=ref.tiled_attention,
     driver="tensors",
-    judge=by_call(_judge_tiled),
+    judge=_judge_tiled,
+    by_call=True,
     variant=_tiled_variant,
     knobs=(
         Knob("rescale_sum", ((False, "the running sum is not rescaled when the running maximum grows: multiply it "
@@ -474,7 +475,7 @@ GROUPED_QUERY_ATTENTION = Spec(
     inputs=_gqa_inputs,
     reference=ref.grouped_query_attention,
     driver="tensors",
-    judge=by_call(),
+    by_call=True,
     variant=_gqa_variant,
     knobs=(
         Knob("pairing", (
@@ -542,7 +543,7 @@ KV_CACHE_BYTES = Spec(
     function="kv_cache_bytes",
     inputs=_kv_inputs,
     reference=ref.kv_cache_bytes,
-    judge=by_call(),
+    by_call=True,
     variant=_kv_variant,
     knobs=(
         Knob("factor", ((1, "it counts the keys only (or the values only): the cache holds a key and a value per "
@@ -583,7 +584,7 @@ SLIDING_WINDOW_MASK = Spec(
     inputs=_window_inputs,
     reference=ref.sliding_window_mask,
     prepare=_mask_values,
-    judge=by_call(),
+    by_call=True,
     mistakes=(
         Mistake("one_too_many", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
                 "keys, the query itself and the w - 1 before it: i - window < j <= i",

@@ -472,7 +472,6 @@ PERPLEXITY = Spec(
     prepare=_ppl,
     judge=_judge_perplexity,
     rtol=1e-5,
-    depends=("gpt-next_token_loss",),
     variant=_perplexity_variant,
     knobs=(
         Knob("weighting", (("batches", "it averages the batches' mean losses, so a batch of few tokens weighs as "
