@@ -60,10 +60,11 @@ demo: $(STAMP) release
 test: $(STAMP) $(HUB_DEPS) student-env
 	$(BIN)/python -m pytest -q
 
-# The edit loop: the tests that stay in this process (no kernel, browser, cluster or hub;
-# the markers are in pyproject.toml), in under a minute.
+# The edit loop: the tests that stay in this process (no kernel, browser, cluster or hub)
+# and take no more than a second or so each (not slow), drawing one student seed where
+# `make test` draws many (tests/scope.py); the markers are in pyproject.toml.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not (kernel or browser or cluster or hub)"
+	COURSE_TEST_QUICK=1 $(BIN)/python -m pytest -q -m "not (kernel or browser or cluster or hub or slow)"
 
 # The student package (coursekit/pyproject.toml): what a learner pip-installs, with no
 # grader, solution or reference in it. setuptools builds in coursekit/build/, which is

@@ -18,6 +18,7 @@ from coursekit.probe import collect
 from grader.checks import CheckFailed, check, exercise_ids
 from grader.checks import get, questions, verdict
 from grader.wire import decode_payload
+from tests.scope import student_seeds
 
 
 def _ids(x: object) -> str:
@@ -59,7 +60,7 @@ def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str, see
         for exercise in exercise_ids(topic):
             check(exercise, namespace[exercise.split("-", 1)[1]])
 
-    @pytest.mark.parametrize("seed", range(seeds))
+    @pytest.mark.parametrize("seed", student_seeds(seeds))
     def test_variants_pass_and_mistakes_fail_for_many_student_seeds(seed):
         """While grading, each student gets other inputs: the verdicts must not depend on them."""
         for exercise, cases in variants.items():

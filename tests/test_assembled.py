@@ -153,6 +153,7 @@ def test_the_numpy_pieces_return_tensors_of_notebook_05_s_values(assignment):
     assert torch.equal(ignore[3:], ~mask.T.expand(3, 4, 4)) and ns["torch_attn_mask"](None, 3) is None
 
 
+@pytest.mark.slow
 def test_notebook_10_trains_with_notebook_09_s_loss_and_schedule():
     """10's Transformer learns with 09's label_smoothed_loss (no mass on <pad>), not
     F.cross_entropy(label_smoothing=0.1), and with 09's noam_lr."""

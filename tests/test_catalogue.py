@@ -16,8 +16,9 @@ import pytest
 from grader.checks import CheckFailed, check
 from grader.checks import Spec, answers_of, exercise_ids, get, verdict
 from grader.checks._core import _equal
+from tests.scope import student_seeds
 
-STUDENT_SEEDS = range(6)
+STUDENT_SEEDS = student_seeds(6)
 
 
 def _specs() -> list[Spec]:

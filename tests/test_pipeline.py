@@ -15,6 +15,7 @@ from grader import course
 from grader.checks import exercise_ids
 from tests.conftest import expected_grades, graded_in_kernels
 from tests.inprocess import is_drawing
+from tests.scope import some_of_each
 
 ASSIGNMENT = "01_similarity"
 RECORDED = sorted(expected_grades().items())
@@ -22,6 +23,7 @@ RECORDED = sorted(expected_grades().items())
 # endless loop would cost the limit here too); each of those is graded in kernels.
 IN_PROCESS = [(key, expected) for key, expected in RECORDED if (course.SAMPLE_CLASS.joinpath(*key)).is_dir()
               and "time limit" not in expected["status"]]
+JUDGED = some_of_each(IN_PROCESS)
 
 
 def _key_id(value) -> str:
@@ -37,7 +39,7 @@ def test_sample_class_grades_as_recorded(graded_class, key, expected):
     assert row.max_score == max_points(key[1])
 
 
-@pytest.mark.parametrize("key,expected", IN_PROCESS, ids=_key_id)
+@pytest.mark.parametrize("key,expected", JUDGED, ids=_key_id)
 def test_sample_class_judged_in_process_as_recorded(judged, key, expected):
     """The same expectations through grading's steps in process; for notebook 01 this
     agrees with the real pipeline above, student by student."""
@@ -54,7 +56,7 @@ def test_every_recorded_grade_is_asserted():
     assert [key for key, _ in RECORDED if not graded_in_kernels(key) and key not in judged] == []
 
 
-@pytest.mark.parametrize("key", [key for key, _ in IN_PROCESS], ids=_key_id)
+@pytest.mark.parametrize("key", [key for key, _ in JUDGED], ids=_key_id)
 def test_diagnoses_judged_in_process_show_no_traceback_or_hidden_input(judged, key):
     """What feedback shows of a wrong answer is its diagnosis (the feedback of notebook
     01's students is checked whole in test_feedback.py)."""
@@ -65,6 +67,7 @@ def test_diagnoses_judged_in_process_show_no_traceback_or_hidden_input(judged, k
             assert secret not in diagnosis, (exercise, secret, diagnosis)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment", course.assignments())
 def test_in_process_the_solution_scores_full_marks_and_the_release_nothing(judge, assignment):
     """The figure and demonstration cells the in-process judge leaves out hold nothing a

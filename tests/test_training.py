@@ -50,6 +50,7 @@ def _gru_recipe(task):
 RECIPES = {"09 Transformer": _transformer_recipe, "10 GRU + attention": _gru_recipe}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_losses_do_not_depend_on_the_thread_count_torch_had(task, recipe):
     before = torch.get_num_threads()
@@ -66,6 +67,7 @@ def test_the_losses_do_not_depend_on_the_thread_count_torch_had(task, recipe):
     assert losses[1] == losses[2], f"{recipe}: {losses[1]} with 1 thread before training, {losses[2]} with 2"
 
 
+@pytest.mark.slow
 def test_why_the_count_is_fixed_two_threads_give_other_numbers(task):
     """The test above can fail: trained on two threads, notebook 10's GRU gets other losses
     within these few steps (the weight gradients' sums are split in two and added in
