@@ -57,7 +57,10 @@ COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal
           ("12_gpt", "gpt-bpe-helpers"): ["pretokenize", "learned_tokens", "shown", "token_name", "count_pairs",
                                           "merge_pair", "train_bpe", "bpe_encode", "bpe_decode"],
           ("12_gpt", "gpt-model-helpers"): ["causal_mask", "split_heads", "merge_heads", "scaled_dot_product_attention",
-                                            "MultiHeadAttention", "load_torch_weights", "sublayer_connection"]}
+                                            "MultiHeadAttention", "load_torch_weights", "sublayer_connection"],
+          ("13_rope", "rope-helpers"): ["sinusoidal_encoding", "shift_matrix", "causal_mask", "split_heads", "merge_heads",
+                                        "scaled_dot_product_attention", "MultiHeadAttention", "sublayer_connection",
+                                        "Block"]}
 
 
 def test_every_assembled_cell_is_tested():
