@@ -323,3 +323,22 @@ def test_a_float32_answer_to_rope_angles_is_within_tolerance():
     check("rope-rope_angles", angles_llama)
     with pytest.raises(CheckFailed):
         check("rope-rope_angles", lambda seq_len, d_k, base=10000.0: angles_llama(seq_len, d_k, base) * 1.001)
+
+
+class RotaryTiledAngles(MultiHeadAttention):
+    """Valid: the projections rotated before the split, with each head's d_k angles tiled over the heads (the
+    interleaved pairs never cross a head's boundary, so this is the per-head rotation)."""
+
+    def forward(self, query, key, value, mask=None):
+        tiled = lambda length: np.tile(np.asarray(rope_angles(length, self.d_k)), (1, self.heads))
+        q = apply_numpy_t(self.W_q(query), tiled(query.shape[1]))
+        k = apply_numpy_t(self.W_k(key), tiled(key.shape[1]))
+        q, k, v = (split_heads(t, self.heads) for t in (q, k, self.W_v(value)))
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        out, weights = NS["scaled_dot_product_attention"](q, k, v, mask)
+        return self.W_o(merge_heads(out)), weights
+
+
+def test_rotating_before_the_split_with_tiled_angles_is_valid():
+    check("rope-RotaryMultiHeadAttention", RotaryTiledAngles)

@@ -2,7 +2,8 @@
 
 Sizes are pairwise distinct so that a swapped axis raises or shows: angles for 6 or 7
 positions of d_k 8, 10 or 12 features; x of (batch 2, heads 3, seq_len 5, d_k 8); the attention
-module at d_model 24 with 3 heads (d_k 8), on 5 or 6 positions. ``apply_rope`` gets random
+module at d_model 24 with 3 heads (d_k 8), on 5 or 6 positions, and 4 queries against 6 keys
+(each rotated by its own positions). ``apply_rope`` gets random
 angles in (-pi, pi), not only a table of ``rope_angles``, so that the rotation's formula is
 checked on every pair, slow ones included (at base 10000 the last pairs of a short sequence
 hardly turn). One base is not 10000, so that a base typed in is caught. The attention
@@ -239,18 +240,25 @@ def _rotary(where="heads", values=False, keys=True, pairing="interleaved"):
 def _rotary_calls(rng: np.random.Generator) -> list[Call]:
     calls = []
 
-    def ask(x, mask, note):
+    def ask(x, mask, note, memory=None):
         p = _weights(rng, D_MODEL)
-        args = (D_MODEL, HEADS) + tuple(p[f"{kind}_{n}"] for n in "qkvo" for kind in ("W", "b")) + (x, x, x, mask)
-        calls.append(Call(args, what=f"RotaryMultiHeadAttention(d_model={D_MODEL}, heads={HEADS}) on "
-                                     f"self-attention, x {x.shape}{note}"))
+        key = x if memory is None else memory
+        args = (D_MODEL, HEADS) + tuple(p[f"{kind}_{n}"] for n in "qkvo" for kind in ("W", "b")) + (x, key, key, mask)
+        kind = f"self-attention, x {x.shape}" if memory is None else f"query {x.shape}, key and value {key.shape}"
+        calls.append(Call(args, what=f"RotaryMultiHeadAttention(d_model={D_MODEL}, heads={HEADS}) on {kind}{note}"))
 
     ask(rng.normal(size=(BATCH, 5, D_MODEL)), np.tril(np.ones((5, 5), dtype=bool)), ", causal mask (5, 5)")
     ask(rng.normal(size=(BATCH, 6, D_MODEL)), None, ", no mask")
     lengths = rng.permutation([4, 5, 6])[:2]
     padding = (np.arange(6) < lengths[:, None])[:, None, :]
     ask(rng.normal(size=(BATCH, 6, D_MODEL)), padding, f", padding mask {padding.shape}")
+    # q_len 4, k_len 6: the queries and the keys each have their own positions (0 ... 3 and 0 ... 5)
+    ask(rng.normal(size=(BATCH, 4, D_MODEL)), None, ", no mask", memory=rng.normal(size=(BATCH, 6, D_MODEL)))
     return calls
+
+
+def _cross(call: Call) -> bool:
+    return len(call.args) > 2 and call.args[-4].shape != call.args[-3].shape
 
 
 class _NotRotated(ref.RotaryMultiHeadAttention):
@@ -261,6 +269,33 @@ class _NotRotated(ref.RotaryMultiHeadAttention):
 class _LostReturn(ref.RotaryMultiHeadAttention):
     def rotate(self, q, k, v):
         return None
+
+
+class _OneTable(ref.RotaryMultiHeadAttention):
+    """The angles of the queries' length, used for the keys too."""
+
+    def rotate(self, q, k, v):
+        angles = ref.rope_angles(q.shape[-2], self.d_k)
+        return ref.apply_rope(q, angles), ref.apply_rope(k, angles), v
+
+
+class _NoW_o(ref.RotaryMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.rotate(*(ref.split_heads(layer(x), self.heads) for layer, x in
+                                [(self.W_q, query), (self.W_k, key), (self.W_v, value)]))
+        out, weights = ref.scaled_dot_product_attention(q, k, v, None if mask is None else mask.unsqueeze(-3))
+        return ref.merge_heads(out), weights
+
+
+class _SoftmaxOverQueries(ref.RotaryMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.rotate(*(ref.split_heads(layer(x), self.heads) for layer, x in
+                                [(self.W_q, query), (self.W_k, key), (self.W_v, value)]))
+        scores = q @ k.transpose(-2, -1) / self.d_k ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        weights = torch.softmax(scores, dim=-2).nan_to_num()
+        return self.W_o(ref.merge_heads(weights @ v)), weights
 
 
 ROTARY_MULTI_HEAD_ATTENTION = Spec(
@@ -295,6 +330,16 @@ ROTARY_MULTI_HEAD_ATTENTION = Spec(
     errors=(
         Raises("{what} raised {error}: something it uses returned None. Does your rope_angles or apply_rope miss "
                "a `return`? Fix that one first", match="NoneType|cannot unpack", example=_LostReturn),
+        Raises("{what} raised {error}: the queries have q_len positions and the keys k_len; rotate each with the "
+               "angles of its own length, rope_angles(q.shape[-2], d_k) and rope_angles(k.shape[-2], d_k)",
+               match="must match the size|broadcast", when=_cross, example=_OneTable),
+    ),
+    hints=(
+        Hint("each query's weights over the keys should sum to 1: softmax over the last axis (the keys)",
+             lambda w, call: bool(np.all(np.isfinite(w))) and not np.allclose(w.sum(-1), 1.0, atol=1e-4),
+             example=_SoftmaxOverQueries, part=1),
+        Hint("the weights are right but the output is not: mix the values (not rotated) with the weights, merge the "
+             "heads (merge_heads) and apply W_o", lambda out, call: True, example=_NoW_o, part=0),
     ),
     figures=("rope-RotaryMultiHeadAttention-figure",),
 )
