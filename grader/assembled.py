@@ -4,9 +4,11 @@ Notebook 09 builds its Transformer from the pieces learners wrote in notebooks 0
 notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's masks and
 05's encoding, notebook 10 trains its Transformer with 05's encoding and 09's loss and
 learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
-text through 11's byte-pair encoding; notebook 14 measures 06's attention and compares with
-04's stable softmax. Their helper cells are not typed again: ``course-grader release``
-(``make release``) copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release), rewrites the cells in ``solutions/`` and then lets nbgrader
+text through 11's byte-pair encoding; notebook 13 rotates 06's attention and trains 12's blocks
+beside 05's encoding, and notebook 14 measures 06's attention and compares with 04's stable
+softmax. Their helper cells are not typed again: ``course-grader release`` (``make release``)
+copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release),
+rewrites the cells in ``solutions/`` and then lets nbgrader
 generate the student versions, so the instructor's source, the student version and
 ``nbgrader generate_assignment`` agree.
 
@@ -135,6 +137,25 @@ ASSEMBLIES = (
             Piece("06_multi_head", "multi_head-MultiHeadAttention"),
             Piece("06_multi_head", "multi_head-load_torch_weights"),
             Piece("07_encoder", "encoder-sublayer_connection"),
+        ),
+    ),
+    Assembly(
+        "13_rope", "rope-helpers",
+        "# Read-only helpers: your solutions of notebooks 03, 05, 06, 07 and 12 that this notebook builds on.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.\n"
+        "# Mask convention of this course: True = may attend.\n"
+        "from coursekit import returns_tensor",
+        (
+            Piece("05_positional_encoding", "positional_encoding-sinusoidal_encoding", tensor_dtype="float32"),
+            Piece("05_positional_encoding", "positional_encoding-shift_matrix"),
+            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+            Piece("06_multi_head", "multi_head-split_heads"),
+            Piece("06_multi_head", "multi_head-merge_heads"),
+            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+            Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+            Piece("07_encoder", "encoder-sublayer_connection"),
+            Piece("12_gpt", "gpt-Block"),
         ),
     ),
     Assembly(

@@ -1,4 +1,4 @@
-"""docs/figures/: the figures of the trained models of notebooks 09 and 10, as the solution
+"""docs/figures/: the figures of the trained models of notebooks 09, 10 and 13, as the solution
 notebooks draw them after their full training budgets (a fixed number of steps, so any
 machine draws the same figures).
 
@@ -22,6 +22,7 @@ DOCS = course.ROOT / "docs" / "figures"
 FIGURES = {
     "09_cross_attention_alignment.png": ("09_transformer", "transformer-Transformer-figure"),
     "10_accuracy_by_length.png": ("10_seq2seq_rnn", "seq2seq_rnn-accuracy_by_length-figure"),
+    "13_train_short_test_long.png": ("13_rope", "rope-RotaryMultiHeadAttention-figure"),
 }
 
 

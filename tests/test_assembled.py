@@ -58,6 +58,9 @@ COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal
                                           "merge_pair", "train_bpe", "bpe_encode", "bpe_decode"],
           ("12_gpt", "gpt-model-helpers"): ["causal_mask", "split_heads", "merge_heads", "scaled_dot_product_attention",
                                             "MultiHeadAttention", "load_torch_weights", "sublayer_connection"],
+          ("13_rope", "rope-helpers"): ["sinusoidal_encoding", "shift_matrix", "causal_mask", "split_heads", "merge_heads",
+                                        "scaled_dot_product_attention", "MultiHeadAttention", "sublayer_connection",
+                                        "Block"],
           ("14_efficient_attention", "efficient_attention-helpers"): ["stable_softmax", "scaled_dot_product_attention"]}
 
 

@@ -1,0 +1,347 @@
+"""Hidden checks of notebook 13, rope: rotary position embeddings (Su et al. 2021, RoFormer).
+
+Sizes are pairwise distinct so that a swapped axis raises or shows: angles for 6 or 7
+positions of d_k 8, 10 or 12 features; x of (batch 2, heads 3, seq_len 5, d_k 8); the attention
+module at d_model 24 with 3 heads (d_k 8), on 5 or 6 positions, and 4 queries against 6 keys
+(each rotated by its own positions). ``apply_rope`` gets random
+angles in (-pi, pi), not only a table of ``rope_angles``, so that the rotation's formula is
+checked on every pair, slow ones included (at base 10000 the last pairs of a short sequence
+hardly turn). One base is not 10000, so that a base typed in is caught. The attention
+module goes through ``coursekit.probe``'s ``attention_module`` driver, which loads the
+weights drawn here into the learner's W_q ... W_o by name.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._core import Call, Hint, Knob, Mistake, Raises, Spec
+from .multi_head import _weights
+from .reference import rope as ref
+
+PAIRINGS = ref.PAIRINGS
+
+
+# ---------------------------------------------------------------- rope_angles
+
+def _angles_calls(rng: np.random.Generator) -> list[Call]:
+    seq_len = int(rng.integers(6, 8))
+    d_k = int(rng.choice([8, 10, 12]))
+    base = float(rng.choice([100.0, 500.0]))
+    return [
+        Call((seq_len, d_k), what=f"rope_angles({seq_len}, {d_k})"),
+        Call((seq_len + 1, 6), {"base": base}, what=f"rope_angles({seq_len + 1}, 6, base={base:g})"),
+        Call((4, 7), what="rope_angles(4, 7), an odd d_k", raises="ValueError"),
+    ]
+
+
+def _angles_variant(exponent="2i", start=0, sign=-1, base_used=None):
+    """A learner's rope_angles: ``exponent`` is what multiplies 1/d_k in the exponent of the base
+    ("2i": the paper; "i": the pair index alone; "4i": the column index j = 2i where i belongs),
+    ``start`` the first position, ``sign`` the exponent's sign, ``base_used`` a base typed in."""
+    factor = {"2i": 2, "i": 1, "4i": 4}[exponent]
+
+    def rope_angles(seq_len, d_k, base=10000.0):
+        if d_k % 2:
+            raise ValueError("d_k must be even")
+        i = np.arange(d_k // 2)
+        theta = (base_used or base) ** (sign * factor * i / d_k)
+        return np.arange(start, start + seq_len)[:, None] * theta
+    return rope_angles
+
+
+def _repeated(seq_len, d_k, base=10000.0):
+    return np.repeat(ref.rope_angles(seq_len, d_k, base).numpy(), 2, axis=-1)
+
+
+def _tiled(seq_len, d_k, base=10000.0):
+    angles = ref.rope_angles(seq_len, d_k, base).numpy()
+    return np.concatenate([angles, angles], axis=-1)
+
+
+ROPE_ANGLES = Spec(
+    id="rope-rope_angles",
+    function="rope_angles",
+    inputs=_angles_calls,
+    reference=ref.rope_angles,
+    variant=_angles_variant,
+    knobs=(
+        Knob("exponent", (
+            ("i", "the frequencies fall too slowly: theta_i = base ** (-2i / d_k), with 2i in the exponent, not "
+                  "i (pair i holds features 2i and 2i + 1, so the exponent steps by 2 / d_k)"),
+            ("4i", "the frequencies fall too fast: the exponent is -2i / d_k with i the PAIR index (0 ... d_k/2 - 1); "
+                   "it uses the column index j = 2i in its place, base ** (-2j / d_k)"),
+        )),
+        Knob("start", ((1, "the positions are counted from 1; the first position is m = 0, whose angles are all 0 "
+                           "(the first token is not rotated)"),)),
+        Knob("sign", ((1, "the frequencies grow with i: theta_i = base ** (-2i / d_k) has a minus sign, so that "
+                          "pair 0 turns fastest (1 radian per position) and the last pairs slowest"),)),
+        Knob("base_used", ((10000.0, "it ignores the base argument and uses 10000: theta_i = base ** (-2i / d_k) "
+                                     "with the base given"),)),
+    ),
+    mistakes=(
+        Mistake("repeated", "it returns one angle per feature, (seq_len, d_k), each angle twice: return one angle "
+                "per pair, (seq_len, d_k // 2); apply_rope pairs the features", _repeated),
+        Mistake("tiled", "it returns the angles twice side by side, (seq_len, d_k), the cos/sin table of the halves "
+                "pairing: return one angle per pair, (seq_len, d_k // 2); apply_rope pairs the features", _tiled),
+        Mistake("transposed", "it returns (d_k // 2, seq_len): one row per position, one column per pair, "
+                "angles[m, i] = m * theta_i", lambda seq_len, d_k, base=10000.0:
+                ref.rope_angles(seq_len, d_k, base).T),
+    ),
+    hints=(
+        Hint("the first row (position 0) should be all 0: a rotation by 0 leaves the first position as it is",
+             lambda got, call: got.ndim == 2 and not np.allclose(got[0], 0.0),
+             example=lambda seq_len, d_k, base=10000.0: ref.rope_angles(seq_len, d_k, base) + 0.5),
+    ),
+    figures=("rope-rope_angles-figure",),
+)
+
+
+# ---------------------------------------------------------------- apply_rope
+
+def _rotate_pairs(x, layout):
+    """The partner of every feature, signed: (-b, a) in the place of (a, b), pairs laid out as ``layout``."""
+    a, b = ref.pair_halves(x, layout)
+    return ref.unpair(-b, a, layout)
+
+
+def _full_width(table, layout):
+    """A (..., d_k / 2) table spread over d_k features in the layout of ``layout``'s pairs."""
+    return ref.unpair(table, table, layout)
+
+
+def _apply_variant(sign=1, pairing="asked", table="matching"):
+    """A learner's apply_rope as rotate-half code: x * cos + rotate(x) * sin on full-width tables.
+
+    ``sign`` -1 rotates backwards; ``pairing`` which pairs it rotates ("asked", always
+    "interleaved" or "halves", or "swapped": the other one); ``table`` "other" lays the cos/sin
+    tables out for the other pairing than the one it rotates (the pairing mixed up).
+    """
+    def apply_rope(x, angles, pairing_asked="interleaved"):
+        if pairing_asked not in PAIRINGS:
+            raise ValueError(f"unknown pairing {pairing_asked!r}")
+        other = {"interleaved": "halves", "halves": "interleaved"}
+        used = {"asked": pairing_asked, "swapped": other[pairing_asked]}.get(pairing, pairing)
+        layout = used if table == "matching" else other[used]
+        x = torch.as_tensor(x, dtype=torch.float64)
+        angles = torch.as_tensor(angles, dtype=torch.float64)
+        cos, sin = _full_width(angles.cos(), layout), _full_width(sign * angles.sin(), layout)
+        return x * cos + _rotate_pairs(x, used) * sin
+
+    def named(x, angles, pairing="interleaved"):
+        return apply_rope(x, angles, pairing)
+    return named
+
+
+def _apply_calls(rng: np.random.Generator) -> list[Call]:
+    def angles(seq_len, d_k):
+        return rng.uniform(-np.pi, np.pi, size=(seq_len, d_k // 2))
+
+    x4 = rng.normal(size=(2, 3, 5, 8))
+    x3 = rng.normal(size=(3, 6, 10))
+    x2 = rng.normal(size=(7, 6))
+    return [
+        Call((x4, angles(5, 8)), what="apply_rope(x, angles) for x (2, 3, 5, 8), angles (5, 4), default pairing"),
+        Call((x4, angles(5, 8)), {"pairing": "halves"},
+             what="apply_rope(x, angles, pairing='halves') for x (2, 3, 5, 8), angles (5, 4)"),
+        Call((x3, angles(6, 10)), {"pairing": "interleaved"},
+             what="apply_rope(x, angles, pairing='interleaved') for x (3, 6, 10), angles (6, 5)"),
+        Call((x2, ref.rope_angles(7, 6, 100.0).numpy()), {"pairing": "halves"},
+             what="apply_rope(x, rope_angles(7, 6, base=100), pairing='halves') for x (7, 6)"),
+        Call((x2, angles(7, 6)), {"pairing": "pairs"}, what="apply_rope(x, angles, pairing='pairs')",
+             raises="ValueError"),
+    ]
+
+
+def _pair_norms(x: np.ndarray, pairing: str) -> np.ndarray:
+    a, b = ref.pair_halves(torch.as_tensor(x, dtype=torch.float64), pairing)
+    return (a ** 2 + b ** 2).numpy()
+
+
+def _lengths_changed(got: np.ndarray, call: Call) -> bool:
+    x = call.args[0]
+    pairing = call.kwargs.get("pairing", "interleaved")
+    return got.shape == x.shape and not np.allclose(_pair_norms(got, pairing), _pair_norms(x, pairing), atol=1e-6)
+
+
+def _cos_only(x, angles, pairing="interleaved"):
+    cos = _full_width(torch.as_tensor(angles).cos(), pairing)
+    return torch.as_tensor(x) * cos
+
+
+APPLY_ROPE = Spec(
+    id="rope-apply_rope",
+    function="apply_rope",
+    inputs=_apply_calls,
+    reference=ref.apply_rope,
+    variant=_apply_variant,
+    knobs=(
+        Knob("sign", ((-1, "it rotates the wrong way (the inverse rotation, by -angle): pair (a, b) becomes "
+                           "(a cos - b sin, a sin + b cos), RoFormer's eq. 15"),)),
+        Knob("pairing", (
+            ("interleaved", "it always pairs features (2i, 2i + 1); with pairing='halves' pair i is features i and "
+                            "i + d_k/2 (rotate_half of GPT-NeoX and Llama)"),
+            ("halves", "it always pairs features (i, i + d_k/2); with pairing='interleaved' (the default, RoFormer's "
+                       "eq. 15) pair i is features 2i and 2i + 1"),
+            ("swapped", "the pairings are swapped: 'interleaved' pairs features (2i, 2i + 1), 'halves' pairs "
+                        "(i, i + d_k/2)"),
+        )),
+        Knob("table", (("other", "the pairing is mixed up: it rotates the right pairs, but its cos and sin tables "
+                                 "are laid out for the other pairing (repeat_interleave belongs to pairs (2i, 2i + 1), "
+                                 "cat([t, t]) to pairs (i, i + d_k/2)), so feature j meets another pair's angle"),)),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the angles are (seq_len, d_k // 2), one per pair: take the pairs of x first "
+               "(two tensors of (..., seq_len, d_k // 2)), or spread the angles over d_k features in the pairing's "
+               "layout", match="broadcast|must match the size|operands could not",
+               example=lambda x, angles, pairing="interleaved": np.asarray(x) * np.cos(np.asarray(angles))),
+    ),
+    hints=(
+        Hint("a rotation keeps the length of every pair, sqrt(a^2 + b^2); yours changes it: each pair should become "
+             "(a cos - b sin, a sin + b cos)", _lengths_changed, example=_cos_only),
+    ),
+    figures=("rope-apply_rope-figure", "rope-apply_rope-figure-2"),
+)
+
+
+# ---------------------------------------------------------------- RotaryMultiHeadAttention
+
+D_MODEL, HEADS, BATCH = 24, 3, 2
+
+
+def _rotary(where="heads", values=False, keys=True, pairing="interleaved"):
+    """A learner's RotaryMultiHeadAttention: ``where`` the rotation happens ("heads": each head's
+    (..., seq_len, d_k) with d_k frequencies; "d_model": the projected (batch, seq_len, d_model)
+    before the split, with d_model frequencies; "input": the inputs before W_q and W_k), whether
+    the values and the keys are rotated too, and in which ``pairing``."""
+    def rotate(x, size):
+        return ref.apply_rope(x, ref.rope_angles(x.shape[-2], size), pairing)
+
+    class RotaryMultiHeadAttention(ref.RotaryMultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            if where == "input":
+                query, key = rotate(query, self.d_model), rotate(key, self.d_model) if keys else key
+                value = rotate(value, self.d_model) if values else value
+            q, k, v = self.W_q(query), self.W_k(key), self.W_v(value)
+            if where == "d_model":
+                q, k = rotate(q, self.d_model), rotate(k, self.d_model) if keys else k
+                v = rotate(v, self.d_model) if values else v
+            q, k, v = (ref.split_heads(t, self.heads) for t in (q, k, v))
+            if where == "heads":
+                q, k = rotate(q, self.d_k), rotate(k, self.d_k) if keys else k
+                v = rotate(v, self.d_k) if values else v
+            if mask is not None:
+                mask = mask.unsqueeze(-3)
+            out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
+            return self.W_o(ref.merge_heads(out)), weights
+    return RotaryMultiHeadAttention
+
+
+def _rotary_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(x, mask, note, memory=None):
+        p = _weights(rng, D_MODEL)
+        key = x if memory is None else memory
+        args = (D_MODEL, HEADS) + tuple(p[f"{kind}_{n}"] for n in "qkvo" for kind in ("W", "b")) + (x, key, key, mask)
+        kind = f"self-attention, x {x.shape}" if memory is None else f"query {x.shape}, key and value {key.shape}"
+        calls.append(Call(args, what=f"RotaryMultiHeadAttention(d_model={D_MODEL}, heads={HEADS}) on {kind}{note}"))
+
+    ask(rng.normal(size=(BATCH, 5, D_MODEL)), np.tril(np.ones((5, 5), dtype=bool)), ", causal mask (5, 5)")
+    ask(rng.normal(size=(BATCH, 6, D_MODEL)), None, ", no mask")
+    lengths = rng.permutation([4, 5, 6])[:2]
+    padding = (np.arange(6) < lengths[:, None])[:, None, :]
+    ask(rng.normal(size=(BATCH, 6, D_MODEL)), padding, f", padding mask {padding.shape}")
+    # q_len 4, k_len 6: the queries and the keys each have their own positions (0 ... 3 and 0 ... 5)
+    ask(rng.normal(size=(BATCH, 4, D_MODEL)), None, ", no mask", memory=rng.normal(size=(BATCH, 6, D_MODEL)))
+    return calls
+
+
+def _cross(call: Call) -> bool:
+    return len(call.args) > 2 and call.args[-4].shape != call.args[-3].shape
+
+
+class _NotRotated(ref.RotaryMultiHeadAttention):
+    def rotate(self, q, k, v):
+        return q, k, v
+
+
+class _LostReturn(ref.RotaryMultiHeadAttention):
+    def rotate(self, q, k, v):
+        return None
+
+
+class _OneTable(ref.RotaryMultiHeadAttention):
+    """The angles of the queries' length, used for the keys too."""
+
+    def rotate(self, q, k, v):
+        angles = ref.rope_angles(q.shape[-2], self.d_k)
+        return ref.apply_rope(q, angles), ref.apply_rope(k, angles), v
+
+
+class _NoW_o(ref.RotaryMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.rotate(*(ref.split_heads(layer(x), self.heads) for layer, x in
+                                [(self.W_q, query), (self.W_k, key), (self.W_v, value)]))
+        out, weights = ref.scaled_dot_product_attention(q, k, v, None if mask is None else mask.unsqueeze(-3))
+        return ref.merge_heads(out), weights
+
+
+class _SoftmaxOverQueries(ref.RotaryMultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.rotate(*(ref.split_heads(layer(x), self.heads) for layer, x in
+                                [(self.W_q, query), (self.W_k, key), (self.W_v, value)]))
+        scores = q @ k.transpose(-2, -1) / self.d_k ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask.unsqueeze(-3), float("-inf"))
+        weights = torch.softmax(scores, dim=-2).nan_to_num()
+        return self.W_o(ref.merge_heads(weights @ v)), weights
+
+
+ROTARY_MULTI_HEAD_ATTENTION = Spec(
+    id="rope-RotaryMultiHeadAttention",
+    function="RotaryMultiHeadAttention",
+    depends=("rope-rope_angles", "rope-apply_rope"),  # its solution calls them
+    inputs=_rotary_calls,
+    reference=ref.RotaryMultiHeadAttention,
+    driver="attention_module",
+    parts=("output", "weights"),
+    order=(1, 0),
+    variant=_rotary,
+    knobs=(
+        Knob("where", (
+            ("d_model", "it rotates the projected (batch, seq_len, d_model) vectors with d_model frequencies before "
+                        "the split: rotate each head's queries and keys, (batch, heads, seq_len, d_k), with "
+                        "rope_angles(seq_len, d_k), so that every head has the whole range of frequencies"),
+            ("input", "it rotates the inputs before W_q and W_k: rotate the queries and keys after the projection "
+                      "(and the head split), so that q_m . k_n depends on m - n only"),
+        )),
+        Knob("values", ((True, "it rotates the values too: RoPE rotates only the queries and keys, whose dot product "
+                               "it makes relative; the values carry content, not position"),)),
+        Knob("keys", ((False, "it rotates the queries only: rotate the keys too (q_m . k_n depends on m - n only "
+                              "when both are rotated by their own positions)"),)),
+        Knob("pairing", (("halves", "it rotates pairs (i, i + d_k/2); the docstring asks for the interleaved "
+                                    "pairs (2i, 2i + 1) of RoFormer: apply_rope's default"),)),
+    ),
+    mistakes=(
+        Mistake("not_rotated", "nothing is rotated: its output is notebook 06's MultiHeadAttention's. Rotate each "
+                "head's queries and keys with apply_rope(..., rope_angles(seq_len, d_k))", _NotRotated),
+    ),
+    errors=(
+        Raises("{what} raised {error}: something it uses returned None. Does your rope_angles or apply_rope miss "
+               "a `return`? Fix that one first", match="NoneType|cannot unpack", example=_LostReturn),
+        Raises("{what} raised {error}: the queries have q_len positions and the keys k_len; rotate each with the "
+               "angles of its own length, rope_angles(q.shape[-2], d_k) and rope_angles(k.shape[-2], d_k)",
+               match="must match the size|broadcast", when=_cross, example=_OneTable),
+    ),
+    hints=(
+        Hint("each query's weights over the keys should sum to 1: softmax over the last axis (the keys)",
+             lambda w, call: bool(np.all(np.isfinite(w))) and not np.allclose(w.sum(-1), 1.0, atol=1e-4),
+             example=_SoftmaxOverQueries, part=1),
+        Hint("the weights are right but the output is not: mix the values (not rotated) with the weights, merge the "
+             "heads (merge_heads) and apply W_o", lambda out, call: True, example=_NoW_o, part=0),
+    ),
+    figures=("rope-RotaryMultiHeadAttention-figure",),
+)
+
+SPECS = (ROPE_ANGLES, APPLY_ROPE, ROTARY_MULTI_HEAD_ATTENTION)

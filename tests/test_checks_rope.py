@@ -1,0 +1,344 @@
+"""Mistake and variant cases of notebook 13's checks, run in process (no kernel).
+
+Every mistake here is written as a learner would write it, apart from the spec's catalogue
+(whose own cases tests/test_catalogue.py generates), and must get its diagnosis; every valid
+alternative must score full marks (exercise-standard.md, item 6): numpy or torch, float32 or
+float64, complex multiplication (torch.view_as_complex) or rotate_half, tables computed once and
+sliced. The attention module goes through coursekit.probe's attention_module driver, as while grading.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from grader.checks import CheckFailed, check
+from grader.checks.reference import rope as ref
+from tests.check_cases import shared_tests
+from tests.conftest import solution_namespace
+
+NS = solution_namespace("13_rope")
+MultiHeadAttention = NS["MultiHeadAttention"]
+split_heads, merge_heads = NS["split_heads"], NS["merge_heads"]
+
+
+@pytest.fixture(scope="module")
+def rope_notebook() -> dict:
+    """The reference solutions of notebook 13 (rope_angles, apply_rope, RotaryMultiHeadAttention)."""
+    return NS
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------- rope_angles
+
+def angles_llama(seq_len, d_k, base=10000.0):
+    """Valid: Llama's precompute_freqs_cis without the complex part, float32 torch."""
+    if d_k % 2:
+        raise ValueError("odd d_k")
+    freqs = 1.0 / (base ** (torch.arange(0, d_k, 2)[: d_k // 2].float() / d_k))
+    return torch.outer(torch.arange(seq_len).float(), freqs)
+
+
+@functools.lru_cache(maxsize=None)
+def _angle_table(d_k, base):
+    return np.array([[m * base ** (-2 * i / d_k) for i in range(d_k // 2)] for m in range(64)])
+
+
+def angles_cached(seq_len, d_k, base=10000.0):
+    """Valid: a table of 64 positions computed once per (d_k, base) in loops, then sliced."""
+    if d_k % 2 == 1:
+        raise ValueError("d_k must be even")
+    return _angle_table(d_k, base)[:seq_len].copy()
+
+
+def angles_all_columns(seq_len, d_k, base=10000.0):
+    if d_k % 2:
+        raise ValueError("odd")
+    return np.arange(seq_len)[:, None] * base ** (-2 * (np.arange(d_k) // 2) / d_k)
+
+
+def angles_frequencies_only(seq_len, d_k, base=10000.0):
+    """The frequencies theta_i alone, without the positions."""
+    if d_k % 2:
+        raise ValueError("odd")
+    return base ** (-2 * np.arange(d_k // 2) / d_k)
+
+
+def angles_no_check(seq_len, d_k, base=10000.0):
+    return np.arange(seq_len)[:, None] * base ** (-2 * np.arange(d_k // 2) / d_k)
+
+
+def angles_no_return(seq_len, d_k, base=10000.0):
+    if d_k % 2:
+        raise ValueError("odd")
+    np.arange(seq_len)[:, None] * base ** (-2 * np.arange(d_k // 2) / d_k)
+
+
+def angles_llama_i(seq_len, d_k, base=10000.0):
+    """Llama's arange(0, d_k, 2) divided by d_k, then the 2 put in again."""
+    if d_k % 2:
+        raise ValueError("odd")
+    freqs = 1.0 / base ** (2 * torch.arange(0, d_k, 2).double() / d_k)
+    return torch.arange(seq_len).double()[:, None] * freqs
+
+
+# ---------------------------------------------------------------- apply_rope
+
+def apply_complex(x, angles, pairing="interleaved"):
+    """Valid: complex multiplication, torch.view_as_complex for interleaved pairs (RoFormer's eq. 34 as Llama
+    writes it), torch.complex of the two halves otherwise."""
+    if pairing not in ("interleaved", "halves"):
+        raise ValueError(pairing)
+    x = torch.as_tensor(x)
+    rotation = torch.polar(torch.ones_like(torch.as_tensor(angles, dtype=torch.float64)),
+                           torch.as_tensor(angles, dtype=torch.float64))
+    if pairing == "interleaved":
+        z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(z * rotation).flatten(-2).to(x.dtype)
+    half = x.shape[-1] // 2
+    z = torch.complex(x[..., :half].double(), x[..., half:].double()) * rotation
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+
+
+def apply_numpy(x, angles, pairing="interleaved"):
+    """Valid: numpy, float64, the pairs written into an empty array by index."""
+    x = np.asarray(x, dtype=np.float64)
+    cos, sin = np.cos(np.asarray(angles)), np.sin(np.asarray(angles))
+    if pairing == "interleaved":
+        first, second = np.arange(0, x.shape[-1], 2), np.arange(1, x.shape[-1], 2)
+    elif pairing == "halves":
+        first, second = np.arange(x.shape[-1] // 2), np.arange(x.shape[-1] // 2, x.shape[-1])
+    else:
+        raise ValueError(f"unknown pairing {pairing}")
+    out = np.empty_like(x)
+    out[..., first] = x[..., first] * cos - x[..., second] * sin
+    out[..., second] = x[..., first] * sin + x[..., second] * cos
+    return out
+
+
+def apply_rotate_half(x, angles, pairing="interleaved"):
+    """Valid: GPT-NeoX's rotate_half with full-width cos/sin tables, float32 throughout."""
+    x = torch.as_tensor(x).float()
+    angles = torch.as_tensor(angles).float()
+    if pairing == "halves":
+        cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+    if pairing == "interleaved":
+        cos, sin = angles.cos().repeat_interleave(2, -1), angles.sin().repeat_interleave(2, -1)
+        rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
+        return x * cos + rotated * sin
+    raise ValueError("pairing")
+
+
+def apply_conjugate(x, angles, pairing="interleaved"):
+    """The complex version multiplied by the conjugate, e^(-i m theta): the inverse rotation."""
+    return apply_complex(x, -torch.as_tensor(angles), pairing)
+
+
+def apply_no_check(x, angles, pairing="interleaved"):
+    return apply_numpy(x, angles, "interleaved" if pairing == "interleaved" else "halves")
+
+
+def apply_halves_as_tables(x, angles, pairing="interleaved"):
+    """Llama's tables cat([cos, cos]) with the interleaved pairs of the paper, whatever is asked."""
+    x = torch.as_tensor(x).double()
+    angles = torch.as_tensor(angles).double()
+    if pairing not in ("interleaved", "halves"):
+        raise ValueError(pairing)
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    if pairing == "halves":
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+    return x * cos + torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2) * sin
+
+
+# ---------------------------------------------------------------- RotaryMultiHeadAttention
+
+def rope_angles(seq_len, d_k):
+    return NS["rope_angles"](seq_len, d_k)
+
+
+class RotaryEinsum(MultiHeadAttention):
+    """Valid: the scores and the mixing by einsum, rotation by complex multiplication, float64 inside."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(w(x), self.heads).double() for w, x in
+                   [(self.W_q, query), (self.W_k, key), (self.W_v, value)])
+        q = apply_complex(q, rope_angles(q.shape[-2], self.d_k))
+        k = apply_complex(k, rope_angles(k.shape[-2], self.d_k))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * self.d_k ** -0.5
+        if mask is not None:
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
+        weights = scores.softmax(-1)
+        out = torch.einsum("bhqk,bhkd->bhqd", weights, v).float()
+        return self.W_o(merge_heads(out)), weights.float()
+
+
+class RotaryCachedTables(MultiHeadAttention):
+    """Valid: cos and sin tables of 64 positions computed once in __init__ (buffers, not parameters), sliced."""
+
+    def __init__(self, d_model, heads):
+        super().__init__(d_model, heads)
+        angles = torch.as_tensor(ref.rope_angles(64, self.d_k), dtype=torch.float32)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def rotate(self, x):
+        cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+
+    def forward(self, query, key, value, mask=None):
+        q = self.rotate(split_heads(self.W_q(query), self.heads))
+        k = self.rotate(split_heads(self.W_k(key), self.heads))
+        v = split_heads(self.W_v(value), self.heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask[:, None]
+        out, weights = NS["scaled_dot_product_attention"](q, k, v, mask)
+        return self.W_o(merge_heads(out)), weights
+
+
+class RotaryWithSDPA(RotaryCachedTables):
+    """Valid: torch's fused attention for the output, the weights computed beside it."""
+
+    def forward(self, query, key, value, mask=None):
+        q = self.rotate(split_heads(self.W_q(query), self.heads))
+        k = self.rotate(split_heads(self.W_k(key), self.heads))
+        v = split_heads(self.W_v(value), self.heads)
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return self.W_o(merge_heads(out)), scores.softmax(-1)
+
+
+class RotaryStub(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        raise NotImplementedError()
+
+
+class RotaryValuesToo(MultiHeadAttention):
+    """Rotates everything it splits into heads: q, k and v."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (apply_rotate_half(split_heads(w(x), self.heads), rope_angles(x.shape[1], self.d_k))
+                   for w, x in [(self.W_q, query), (self.W_k, key), (self.W_v, value)])
+        return self.attend(q, k, v, mask)
+
+    def attend(self, q, k, v, mask):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        out, weights = NS["scaled_dot_product_attention"](q, k, v, mask)
+        return self.W_o(merge_heads(out)), weights
+
+
+class RotaryBeforeSplit(RotaryValuesToo):
+    """Rotates the projections (batch, seq_len, d_model) with d_model frequencies, then splits."""
+
+    def forward(self, query, key, value, mask=None):
+        q = apply_complex(self.W_q(query), rope_angles(query.shape[1], self.d_model))
+        k = apply_complex(self.W_k(key), rope_angles(key.shape[1], self.d_model))
+        return self.attend(split_heads(q, self.heads), split_heads(k, self.heads),
+                           split_heads(self.W_v(value), self.heads), mask)
+
+
+class RotaryInputs(RotaryValuesToo):
+    """Rotates the token vectors before the projections, like an encoding added at the input."""
+
+    def forward(self, query, key, value, mask=None):
+        angles = rope_angles(query.shape[1], self.d_model)
+        q, k = self.W_q(apply_numpy_t(query, angles)), self.W_k(apply_numpy_t(key, angles))
+        return self.attend(split_heads(q, self.heads), split_heads(k, self.heads),
+                           split_heads(self.W_v(value), self.heads), mask)
+
+
+def apply_numpy_t(x, angles):
+    return torch.as_tensor(apply_numpy(x.detach().numpy(), angles), dtype=x.dtype)
+
+
+MISTAKES = {
+    "rope-rope_angles": [
+        (stub, "not answered yet"),
+        (angles_no_check, "should raise ValueError"),
+        (angles_no_return, "is a `return` missing?"),
+        (angles_all_columns, "each angle twice"),
+        (angles_frequencies_only, "has shape"),
+        (angles_llama_i, "the frequencies fall too fast"),
+    ],
+    "rope-apply_rope": [
+        (stub, "not answered yet"),
+        (apply_conjugate, "it rotates the wrong way"),
+        (apply_no_check, "should raise ValueError"),
+        (apply_halves_as_tables, "the pairing is mixed up"),
+    ],
+    "rope-RotaryMultiHeadAttention": [
+        (RotaryStub, "not answered yet"),
+        (RotaryValuesToo, "it rotates the values too"),
+        (RotaryBeforeSplit, "with d_model frequencies before the split"),
+        (RotaryInputs, "it rotates the inputs before W_q and W_k"),
+    ],
+}
+
+VARIANTS = {
+    "rope-rope_angles": [angles_llama, angles_cached],
+    "rope-apply_rope": [apply_complex, apply_numpy, apply_rotate_half],
+    "rope-RotaryMultiHeadAttention": [RotaryEinsum, RotaryCachedTables, RotaryWithSDPA],
+}
+
+globals().update(shared_tests("rope", MISTAKES, VARIANTS, solutions="rope_notebook", seeds=4))
+
+
+def test_the_pairings_are_one_permutation_apart():
+    """The reference's two layouts: halves of x[..., perm] is interleaved of x, reordered by perm."""
+    x = torch.randn(2, 3, 5, 10, dtype=torch.float64)
+    angles = ref.rope_angles(5, 10)
+    perm = list(range(0, 10, 2)) + list(range(1, 10, 2))
+    torch.testing.assert_close(ref.apply_rope(x[..., perm], angles, "halves"), ref.apply_rope(x, angles)[..., perm])
+
+
+def test_the_reference_scores_depend_on_the_offset_only():
+    """RoFormer's eq. 16 for the reference module: shifting every position by 3 changes no weight."""
+    torch.manual_seed(0)
+    attn = ref.RotaryMultiHeadAttention(12, 3).eval()
+    x = torch.randn(1, 8, 12)
+    q, k = (split_heads(w(x), 3) for w in (attn.W_q, attn.W_k))
+    angles = ref.rope_angles(11, 4)
+    at = lambda t, shift: ref.apply_rope(t, angles[shift:shift + 8])
+    torch.testing.assert_close(at(q, 0) @ at(k, 0).transpose(-2, -1), at(q, 3) @ at(k, 3).transpose(-2, -1),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_a_float32_answer_to_rope_angles_is_within_tolerance():
+    """Llama's float32 angles differ from float64 by at most a few ulps of m * theta: within rtol."""
+    check("rope-rope_angles", angles_llama)
+    with pytest.raises(CheckFailed):
+        check("rope-rope_angles", lambda seq_len, d_k, base=10000.0: angles_llama(seq_len, d_k, base) * 1.001)
+
+
+class RotaryTiledAngles(MultiHeadAttention):
+    """Valid: the projections rotated before the split, with each head's d_k angles tiled over the heads (the
+    interleaved pairs never cross a head's boundary, so this is the per-head rotation)."""
+
+    def forward(self, query, key, value, mask=None):
+        tiled = lambda length: np.tile(np.asarray(rope_angles(length, self.d_k)), (1, self.heads))
+        q = apply_numpy_t(self.W_q(query), tiled(query.shape[1]))
+        k = apply_numpy_t(self.W_k(key), tiled(key.shape[1]))
+        q, k, v = (split_heads(t, self.heads) for t in (q, k, self.W_v(value)))
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        out, weights = NS["scaled_dot_product_attention"](q, k, v, mask)
+        return self.W_o(merge_heads(out)), weights
+
+
+def test_rotating_before_the_split_with_tiled_angles_is_valid():
+    check("rope-RotaryMultiHeadAttention", RotaryTiledAngles)
