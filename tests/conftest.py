@@ -81,14 +81,25 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Setup, call and teardown of a test without an out-of-process marker may start no process."""
+def _guarded(item):
     _allowed["now"] = any(item.get_closest_marker(m) for m in OUT_OF_PROCESS)
     try:
         yield
     finally:
         _allowed["now"] = True
+
+
+# Setup and call of a test without an out-of-process marker may start no process. Teardown
+# may: a wider-scoped fixture of a marked test (real accounts, a cluster) is finalized in the
+# teardown of whichever test runs last, and stopping what it started is not that test's doing.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _guarded(item)
 
 
 # ---------------------------------------------------------------------------- in process
