@@ -8,9 +8,8 @@ text through 11's byte-pair encoding; notebook 13 rotates 06's attention and tra
 beside 05's encoding, and notebook 14 measures 06's attention and compares with 04's stable
 softmax. Their helper cells are not typed again: ``course-grader release`` (``make release``)
 copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release),
-rewrites the cells in ``solutions/`` and then lets nbgrader
-generate the student versions, so the instructor's source, the student version and
-``nbgrader generate_assignment`` agree.
+rewrites the cells in ``solutions/`` and then lets nbgrader generate the student versions,
+so the instructor's source, the student version and ``nbgrader generate_assignment`` agree.
 
 Each piece is one cell (its nbgrader grade_id) of one source notebook, with nbgrader's
 solution markers dropped, or some top-level definitions of it. A numpy solution (notebooks
