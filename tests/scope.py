@@ -14,13 +14,20 @@ def student_seeds(n: int) -> range:
     return range(n - 1, n) if QUICK and n else range(n)
 
 
-def some_of_each(keys: list) -> list:
-    """``keys`` of (student, assignment), all of them, or in a quick run a diagonal: each
-    student's k-th assignment in turn, so every student and every assignment is kept."""
+def some_of_each(rows: list) -> list:
+    """``rows`` of ((student, assignment), expected): all of them, or in a quick run each
+    student's submissions in turn (the i-th student's i-th, wrapping round) and then the first
+    row of any assignment no student was given, so every student and every assignment is kept."""
     if not QUICK:
-        return keys
-    students = sorted({k[0][0] for k in keys})
-    assignments = sorted({k[0][1] for k in keys})
-    kept = {(students[i % len(students)], assignments[i % len(assignments)])
-            for i in range(max(len(students), len(assignments)))}
-    return [k for k in keys if k[0] in kept]
+        return rows
+    students = sorted({key[0] for key, _ in rows})
+    kept = []
+    for i, student in enumerate(students):
+        theirs = [row for row in rows if row[0][0] == student]
+        kept.append(theirs[i % len(theirs)])
+    covered = {key[1] for key, _ in kept}
+    for row in rows:
+        if row[0][1] not in covered:
+            kept.append(row)
+            covered.add(row[0][1])
+    return [row for row in rows if row in kept]
