@@ -43,14 +43,18 @@ def stub(*args, **kwargs):
 # ---------------------------------------------------------------- additive_attention
 
 def make_attention(*, dim=-1, tanh=True, use_v=True, mask_mode="right", swap=False, transposed=False,
-                   returns="right", context_from="keys", numpy=False):
-    """A learner-style additive attention with knobs for the mistakes learners make."""
+                   returns="right", context_from="keys", numpy=False, given="used"):
+    """A learner-style additive attention with knobs for the mistakes learners make. ``given``:
+    what it does with projected_keys: "used", "ignored" (projects the keys itself; right too),
+    "projected" again by W_k, or "unknown" (a signature without it)."""
 
-    def additive_attention(query, keys, W_q, W_k, v, mask=None):
+    def additive_attention(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
         if swap:
             W_q, W_k = W_k, W_q
         pq = query @ W_q if transposed else query @ W_q.T
         pk = keys @ W_k if transposed else keys @ W_k.T
+        if projected_keys is not None and given in ("used", "projected"):
+            pk = projected_keys @ W_k.T if given == "projected" else projected_keys
         hidden = pq[:, None, :] + pk
         hidden = torch.tanh(hidden) if tanh else hidden
         scores = hidden @ v if use_v else hidden.sum(-1)
@@ -69,12 +73,15 @@ def make_attention(*, dim=-1, tanh=True, use_v=True, mask_mode="right", swap=Fal
             return np.asarray(context), np.asarray(weights)
         return (weights, context) if returns == "swapped" else (context, weights)
 
+    if given == "unknown":
+        return lambda query, keys, W_q, W_k, v, mask=None: additive_attention(query, keys, W_q, W_k, v, mask)
     return additive_attention
 
 
-def _attention_einsum_float64(query, keys, W_q, W_k, v, mask=None):
+def _attention_einsum_float64(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
     q, k = query.double(), keys.double()
-    hidden = torch.tanh(torch.einsum("ad,bd->ba", W_q.double(), q)[:, None] + torch.einsum("ad,bsd->bsa", W_k.double(), k))
+    pk = torch.einsum("ad,bsd->bsa", W_k.double(), k) if projected_keys is None else projected_keys.double()
+    hidden = torch.tanh(torch.einsum("ad,bd->ba", W_q.double(), q)[:, None] + pk)
     scores = torch.einsum("bsa,a->bs", hidden, v.double())
     if mask is not None:
         scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
@@ -82,7 +89,7 @@ def _attention_einsum_float64(query, keys, W_q, W_k, v, mask=None):
     return torch.einsum("bs,bsd->bd", weights, k).float(), weights.float()
 
 
-def _attention_functional(query, keys, W_q, W_k, v, mask=None):
+def _attention_functional(query, keys, W_q, W_k, v, mask=None, projected_keys=None):  # ignores projected_keys
     scores = F.linear(torch.tanh(F.linear(query, W_q).unsqueeze(1) + F.linear(keys, W_k)), v[None]).squeeze(-1)
     if mask is not None:
         scores = scores.masked_fill(mask.logical_not(), -math.inf)
@@ -90,10 +97,11 @@ def _attention_functional(query, keys, W_q, W_k, v, mask=None):
     return torch.bmm(weights.unsqueeze(1), keys).squeeze(1), weights
 
 
-def _attention_loop(query, keys, W_q, W_k, v, mask=None):
+def _attention_loop(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
     scores = []
     for j in range(keys.shape[1]):
-        scores.append(torch.tanh(query @ W_q.T + keys[:, j] @ W_k.T) @ v)
+        pk = keys[:, j] @ W_k.T if projected_keys is None else projected_keys[:, j]
+        scores.append(torch.tanh(query @ W_q.T + pk) @ v)
     scores = torch.stack(scores, dim=1)
     if mask is not None:
         scores[~mask] = -float("inf")
@@ -350,6 +358,8 @@ MISTAKES = {
         (make_attention(returns="swapped"), "returns (weights, context)"),
         (make_attention(context_from="projected"), "it sums the projected keys"),
         (make_attention(numpy=True), "returns a numpy array for a torch tensor input"),
+        (make_attention(given="projected"), "the projected_keys it was given are multiplied by W_k again"),
+        (make_attention(given="unknown"), "takes an optional last argument, projected_keys=None"),
         (stub, "not answered yet"),
     ],
     "seq2seq_rnn-Seq2SeqGRU": [
@@ -384,8 +394,8 @@ MISTAKES = {
 }
 
 VARIANTS = {
-    "seq2seq_rnn-additive_attention": [make_attention(), _attention_einsum_float64, _attention_functional,
-                                       _attention_loop],
+    "seq2seq_rnn-additive_attention": [make_attention(), make_attention(given="ignored"), _attention_einsum_float64,
+                                       _attention_functional, _attention_loop],
     "seq2seq_rnn-Seq2SeqGRU": [make_gru(), PackedGRU, GatherGRU],
     "seq2seq_rnn-accuracy_by_length": [make_accuracy(), _accuracy_torch, _accuracy_vectorized],
 }

@@ -39,7 +39,7 @@ def _keep_one_drop_one(rng: np.random.Generator, batch: int, length: int) -> np.
 def _attention_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
 
-    def ask(batch, src_len, d_query, d_key, d_attn, mask, note):
+    def ask(batch, src_len, d_query, d_key, d_attn, mask, note, projected=False):
         query = rng.normal(size=(batch, d_query))
         keys = rng.normal(size=(batch, src_len, d_key))
         W_q = rng.normal(scale=0.8, size=(d_attn, d_query))
@@ -47,7 +47,8 @@ def _attention_calls(rng: np.random.Generator) -> list[Call]:
         v = rng.normal(scale=1.5, size=(d_attn,))
         what = (f"additive_attention(query {query.shape}, keys {keys.shape}, W_q {W_q.shape}, W_k {W_k.shape}, "
                 f"v {v.shape}{note})")
-        asked.append(Call((query, keys, W_q, W_k, v, mask), what=what))
+        asked.append(Call((query, keys, W_q, W_k, v, mask), what=what,
+                          kwargs={"projected_keys": keys @ W_k.T} if projected else {}))
 
     ask(2, 5, 3, 4, 6, None, ", mask=None")
     lengths = rng.permutation([3, 4])
@@ -55,17 +56,25 @@ def _attention_calls(rng: np.random.Generator) -> list[Call]:
     ask(2, 5, 3, 4, 6, padding, ", padding mask (2, 5)")
     ask(3, 6, 4, 4, 4, _keep_one_drop_one(rng, 3, 6), ", mask (3, 6), all sizes 4")
     ask(3, 5, 4, 4, 4, None, ", mask=None, all sizes 4")
+    # the caller's keys projected once per sentence (Bahdanau et al. 2015, A.1.2); square, so
+    # projecting them again shows as wrong numbers rather than a shape error
+    ask(2, 6, 4, 4, 4, _keep_one_drop_one(rng, 2, 6), ", mask (2, 6), projected_keys=keys @ W_k.T, all sizes 4",
+        projected=True)
     return asked
 
 
 def _attention(*, dim=-1, tanh=True, use_v=True, mask_mode="right", context_from="keys", swap=False,
-               transposed=False, normalise=True):
-    """A learner-style additive attention with one of the known mistakes (defaults: right)."""
+               transposed=False, normalise=True, given_keys="used"):
+    """A learner-style additive attention with one of the known mistakes (defaults: right).
+    ``given_keys``: what it does with projected_keys, "used", "ignored" (projects the keys
+    itself: also right) or "projected" (multiplies them by W_k again)."""
 
-    def additive_attention(query, keys, W_q, W_k, v, mask=None):
+    def additive_attention(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
         if swap:
             W_q, W_k = W_k, W_q
         pq, pk = (query @ W_q, keys @ W_k) if transposed else (query @ W_q.T, keys @ W_k.T)
+        if projected_keys is not None and given_keys != "ignored":
+            pk = projected_keys @ W_k.T if given_keys == "projected" else projected_keys
         hidden = pq[:, None, :] + pk
         hidden = torch.tanh(hidden) if tanh else hidden
         scores = hidden @ v if use_v else hidden.sum(-1)
@@ -127,6 +136,9 @@ ADDITIVE_ATTENTION = Spec(
                 "weights after it (the rows then no longer sum to 1)", _attention(mask_mode="after")),
         Mistake("context_mean", "the context is not the weighted sum of the keys: context = sum_j weights_j k_j, "
                 "(weights[:, :, None] * keys).sum(1)", _attention(context_from="mean")),
+        Mistake("keys_projected_twice", "the projected_keys it was given are multiplied by W_k again: they are "
+                "already W_k k_j (keys @ W_k.T), so add them to the projected query as they are",
+                _attention(given_keys="projected")),
     ),
     hints=(
         Hint("each sentence's weights over the source positions should sum to 1: softmax over the last axis",
@@ -140,8 +152,15 @@ ADDITIVE_ATTENTION = Spec(
                "the query, W_k for the keys), then add them with the query broadcast over the source positions, "
                "query_proj[:, None, :]", match="cannot be multiplied|size mismatch|must match the size",
                example=_attention(swap=True)),
-        Raises("{what} raised {error}", example=lambda query, keys, W_q, W_k, v, mask=None:
-               ref.additive_attention(query, keys, W_q, W_k, v, mask.bool() if mask is not None else mask[0])),
+        Raises("{what} raised {error}: additive_attention takes an optional last argument, projected_keys=None: "
+               "the keys already projected, keys @ W_k.T (batch, src_len, d_attn), which the model computes once "
+               "per sentence; keep it in the signature and use it in place of keys @ W_k.T when it is not None",
+               match="unexpected keyword argument 'projected_keys'",
+               example=lambda query, keys, W_q, W_k, v, mask=None: ref.additive_attention(query, keys, W_q, W_k, v,
+                                                                                          mask)),
+        Raises("{what} raised {error}", example=lambda query, keys, W_q, W_k, v, mask=None, projected_keys=None:
+               ref.additive_attention(query, keys, W_q, W_k, v, mask.bool() if mask is not None else mask[0],
+                                      projected_keys)),
     ),
     diagnosed=(
         Mistake("numpy_returned", NUMPY_RETURNED + ": in this notebook the model calls it on tensors",

@@ -7,10 +7,12 @@ import torch
 import torch.nn as nn
 
 
-def additive_attention(query, keys, W_q, W_k, v, mask=None):
+def additive_attention(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
     """Bahdanau's score v . tanh(W_q q + W_k k_j), softmax over the source positions (mask True =
-    may attend) -> (context (batch, d_key), weights (batch, src_len))."""
-    scores = torch.tanh((query @ W_q.T)[:, None, :] + keys @ W_k.T) @ v
+    may attend) -> (context (batch, d_key), weights (batch, src_len)). ``projected_keys``: W_k k_j
+    already computed by the caller, (batch, src_len, d_attn), or None."""
+    projected_keys = keys @ W_k.T if projected_keys is None else projected_keys
+    scores = torch.tanh((query @ W_q.T)[:, None, :] + projected_keys) @ v
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
