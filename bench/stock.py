@@ -1,7 +1,9 @@
 """Stock nbgrader, as the benchmarks run it: its default preprocessors in a workspace of its own.
 
 The hidden checks run inside the student's kernel, with no sandbox; the submissions are
-staged as ours are (grader.stage.stage), so that stock finds renamed notebooks too.
+staged as ours are (grader.stage.stage), so that stock finds renamed notebooks too. Each
+cell has the course's time limit (``c.Execute.timeout`` of nbgrader_config.py), not
+nbgrader's default.
 """
 from __future__ import annotations
 
@@ -25,6 +27,11 @@ def stock_workspace(work: Path, assignment_id: str, submissions: dict[str, Path]
         setattr(config.CourseDirectory, f"{step}_directory", str(work / step))
     config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     config.Execute.kernel_name = "python3"
+    # the course's per-cell time limit (nbgrader's default is 30 s): like with like, so that
+    # an endless loop costs stock what it may cost ours a cell (ours also has a notebook budget)
+    ours = course.load_config().Execute
+    config.Execute.timeout = ours.timeout
+    config.Execute.interrupt_on_timeout = ours.interrupt_on_timeout
     # no history database and no kernel log chatter: as quiet as our sandboxed kernels
     config.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
     generate(work / "release", config.CourseDirectory.db_url, [assignment_id])

@@ -20,8 +20,10 @@ from __future__ import annotations
 import csv
 import datetime
 import fcntl
+import logging
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -40,6 +42,8 @@ from .release import generate, nbgrader_api
 from .stage import folder_problem
 from .unit import Settings, course_version, grade_submission
 from .verify import CourseSecret
+
+log = logging.getLogger(__name__)
 
 
 def _check_gradebook(db_url: str) -> None:
@@ -431,24 +435,30 @@ def grade_class(course_dir: CourseDir | Path | str | None = None, *, assignments
     todo = _chosen(submissions(class_dir, roster), class_dir, assignments, students)
     rows: dict[tuple[str, str], Row] = {}
     odd: dict[int, Row] = {}  # rows of folders that are not submissions; escaped names may coincide
-    units = []
-    for n, (student, assignment, folder, problem) in enumerate(todo):
-        if problem:
-            odd[n] = Row(student, assignment, 0.0, 0.0, problem)
-            continue
-        row = grader.precheck(folder, student, assignment)
-        if row:
-            rows[(student, assignment)] = row
-        else:  # a worker on another machine gets the files, a local one their path
-            files = ((lambda folder=folder, names=course.notebook_names(assignment): read_files(folder, names))
-                     if scheduler else str(folder))
-            units.append(Unit(student, assignment, files, grader.settings(student, assignment)))
-    for unit, outcome in run(units, jobs=jobs, scheduler=scheduler, progress=progress):
+
+    def units():  # read by run() as the workers start: these checks overlap the first units
+        for n, (student, assignment, folder, problem) in enumerate(todo):
+            if problem:
+                odd[n] = Row(student, assignment, 0.0, 0.0, problem)
+                continue
+            row = grader.precheck(folder, student, assignment)
+            if row:
+                rows[(student, assignment)] = row
+            else:  # a worker on another machine gets the files, a local one their path
+                files = ((lambda folder=folder, names=course.notebook_names(assignment): read_files(folder, names))
+                         if scheduler else str(folder))
+                yield Unit(student, assignment, files, grader.settings(student, assignment))
+
+    for unit, outcome in run(units(), jobs=jobs, scheduler=scheduler, progress=progress):
         key = (unit.student_id, unit.assignment_id)
         if key in rows:  # recorded already: a result is written once
             continue
+        received = time.time()
         rows[key] = (grader.failed(*key, outcome) if isinstance(outcome, str) else grader.record(outcome))
         grader.statuses.save()
+        # the run's timeline (bench/throughput.py --timeline)
+        log.debug("recorded %s/%s", *key, extra={"unit": key, "received": received, "recorded": time.time(),
+                                                  "ran": {} if isinstance(outcome, str) else outcome.get("ran", {})})
     # a whole run lists every odd folder anew; a chosen run keeps the others' rows
     kept = [] if not (students or assignments) else [
         r for r in grader.statuses.extra if not students or r[0] not in students]

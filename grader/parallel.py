@@ -21,22 +21,24 @@ stopped from outside, so the process goes.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import time
 
 import dask
-from distributed import Client, KilledWorker, LocalCluster, wait
+from distributed import Client, KilledWorker, LocalCluster, WorkerPlugin, wait
 from tqdm import tqdm
 from traitlets import Integer
 from traitlets.config import Configurable
 
 from . import course
-from .unit import Settings, grade_submission
+from .unit import Settings, grade_submission, warm_up
 
 POLL = 2.0  # seconds between asking the workers which units they are executing
 log = logging.getLogger(__name__)
@@ -90,10 +92,27 @@ def client(jobs: int | None = None, scheduler: str | None = None) -> Iterator[Cl
         raise ValueError(f"JOBS must be at least 1, got {jobs}")
     with LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+        c.register_plugin(WarmUp(), name="grader-warm-up")
         yield c
 
 
-def run(units: list[Unit], jobs: int | None = None, scheduler: str | None = None,
+class WarmUp(WorkerPlugin):
+    """Each local worker, as it starts, warms up (``grader.unit.warm_up``: imports, the fork
+    server) in a thread of its own while the collector checks the first units; the worker
+    stays free to take one meanwhile (a task would hold it)."""
+
+    def setup(self, worker) -> None:
+        threading.Thread(target=_warm_up_and_stay, name="grader-warm-up", daemon=True).start()
+
+
+def _warm_up_and_stay() -> None:
+    warm_up()
+    # bubblewrap's --die-with-parent ends the fork server with the thread that started it
+    # (the parent-death signal follows a thread): so this thread stays as long as the worker
+    threading.Event().wait()
+
+
+def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = None,
         progress: bool = True, deadline: float | None = None,
         work: Callable = grade_submission) -> Iterator[tuple[Unit, dict | str]]:
     """Grade ``units``; yield (unit, result) as each completes, under a progress bar.
@@ -102,30 +121,67 @@ def run(units: list[Unit], jobs: int | None = None, scheduler: str | None = None
     unit raised, its worker died more often than Dask allows, or it ran past
     ``deadline`` seconds (default ``UnitLimits.seconds``; 0: none). Every unit is
     yielded exactly once. ``work`` is what a worker runs (tests pass a stand-in).
+
+    ``units`` is read as the workers start, one unit between two looks at the workers,
+    so that whatever makes a unit (the collector's checks, registering an assignment)
+    overlaps the grading of the first ones. A unit is handed to Dask only when a worker
+    thread is free for it, so none waits behind a long one on a busy worker; it is the
+    one whose assignment took longest so far in this run (longest first, which keeps a
+    long unit from starting last), or one of an assignment not timed yet, in the order
+    given.
     """
-    if not units:
-        return
     deadline = unit_seconds() if deadline is None else deadline
+    source, todo = iter(units), []
+    first = next(source, None)
+    if first is None:
+        return
+    todo.append(first)
     with client(jobs, scheduler) as c:
-        futures = {}
-        for unit in units:
-            files = unit.files() if callable(unit.files) else unit.files
-            future = c.submit(work, files, unit.student_id, unit.assignment_id, unit.settings,
-                              key=f"grade-{unit.assignment_id}-{unit.student_id}", pure=False)
-            futures[future] = unit
-        with tqdm(total=len(futures), desc="grading", unit="submission", disable=not progress) as bar:
-            pending, started = set(futures), {}
-            while pending:
+        futures, seconds = {}, {}  # future -> unit; assignment -> walls of its units so far
+        pending, started, more, looked = set(), {}, True, 0.0
+
+        def hand_out() -> None:  # to each free thread, the unit expected to take longest
+            while todo and len(pending) < _slots(c):
+                unit = max(todo, key=lambda u: _expected(seconds, u.assignment_id))
+                todo.remove(unit)
+                files = unit.files() if callable(unit.files) else unit.files
+                future = c.submit(work, files, unit.student_id, unit.assignment_id, unit.settings,
+                                  key=f"grade-{unit.assignment_id}-{unit.student_id}", pure=False,
+                                  priority=-len(futures))  # Dask runs them in this order
+                futures[future] = unit
+                pending.add(future)
+
+        with tqdm(desc="grading", unit="submission", disable=not progress) as bar:
+            while pending or todo or more:
+                if more:  # one unit from the source between two looks at the workers
+                    unit = next(source, None)
+                    more = unit is not None
+                    if more:
+                        todo.append(unit)
+                    bar.total = len(futures) + len(todo)
+                    bar.refresh()
+                hand_out()
+                if not pending:
+                    continue
                 try:
-                    done, _ = wait(list(pending), timeout=POLL if deadline else None, return_when="FIRST_COMPLETED")
+                    done, _ = wait(list(pending), timeout=0 if more else (POLL if deadline else None),
+                                   return_when="FIRST_COMPLETED")
                 except TimeoutError:  # none completed within POLL
                     done = {f for f in pending if f.done()}
+                back = []
                 for future in done:
                     pending.discard(future)
-                    bar.update()
-                    yield futures[future], _outcome(future)
+                    outcome = _outcome(future)
+                    if isinstance(outcome, dict) and "total" in outcome.get("timings", {}):
+                        seconds.setdefault(futures[future].assignment_id, []).append(outcome["timings"]["total"])
+                    back.append((futures[future], outcome))
                     future.release()
-                if deadline and pending:
+                hand_out()  # before the collector records these: a freed worker starts its next unit now
+                for unit, outcome in back:
+                    bar.update()
+                    yield unit, outcome
+                if deadline and pending and (not more or time.monotonic() - looked >= POLL):
+                    looked = time.monotonic()
                     for future, worker in _overdue(c, pending, started, deadline):
                         pending.discard(future)
                         future.cancel()
@@ -133,6 +189,21 @@ def run(units: list[Unit], jobs: int | None = None, scheduler: str | None = None
                         bar.update()
                         yield futures[future], (f"grading took longer than {deadline:g} s (staging, running "
                                                 "and feedback together), so it was stopped")
+
+
+def _slots(c: Client) -> int:
+    """How many units the cluster's workers run at once (at least 1, e.g. while one restarts)."""
+    try:
+        return max(1, sum(c.nthreads().values()))
+    except Exception:  # the scheduler busy or a worker going away: one is always safe
+        return 1
+
+
+def _expected(seconds: dict[str, list[float]], assignment_id: str) -> float:
+    """The order key of a unit: its assignment's mean wall seconds in this run, or infinity
+    while none of its units has come back (max() keeps the given order among equals)."""
+    walls = seconds.get(assignment_id)
+    return sum(walls) / len(walls) if walls else math.inf
 
 
 def _overdue(c: Client, pending: set, started: dict, deadline: float) -> list[tuple[object, str]]:

@@ -87,6 +87,7 @@ PRELOAD = ["numpy", "matplotlib", "matplotlib.pyplot", "torch", "torch.nn", "tor
            "coursekit", "coursekit.data", "coursekit.plots", "coursekit.testing", "coursekit.training",
            "coursekit.probe", "coursekit.translation", "ipykernel.kernelapp", "ipykernel.ipkernel"]
 _MB = 1024 * 1024
+_kernels_cpu = 0.0  # kernels_cpu_seconds(): the CPU of the removed kernels of this process
 _warned = False
 _warned_cgroup = False
 # run once the kernel is up, before it serves any request; names nothing in the user namespace
@@ -397,9 +398,11 @@ class SandboxedKernelManager(AsyncKernelManager):
     def _remove_all(self) -> None:
         """Kill every process of the kernel's cgroup, remove the cgroup and the run folder;
         what cannot be removed is logged as an error and printed, never ignored."""
+        global _kernels_cpu
         problems = []
         if self.cgroup is not None:
             alive = self.cgroup.kill()
+            _kernels_cpu += self.cgroup.cpu_seconds() or 0.0
             if alive:
                 problems.append(f"{len(alive)} processes of the kernel survived SIGKILL: {sorted(alive)[:10]}")
             problems += [f"cgroup {p}" for p in self.cgroup.remove()]
@@ -414,6 +417,12 @@ class SandboxedKernelManager(AsyncKernelManager):
             message = f"sandbox clean-up: {problem}"
             self.log.error(message)
             print(f"ERROR: {message}", file=sys.stderr)
+
+
+def kernels_cpu_seconds() -> float:
+    """CPU seconds that every kernel this process ran and removed used, each counted by its
+    cgroup (0 without cgroups): what a unit's kernel cost, beside the grader's own CPU."""
+    return _kernels_cpu
 
 
 def remove_tree(path: str, log: logging.Logger | None = None) -> list[str]:

@@ -15,9 +15,11 @@ generated release and a template gradebook per (assignment, due date).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -33,6 +35,7 @@ from . import course
 from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 from .names import name_problem, quoted
+from .sandbox import kernels_cpu_seconds
 from .stage import BadSubmission, stage
 
 
@@ -107,6 +110,22 @@ def _template(assignment_id: str, duedate: str | None) -> Path:
         return _templates[key]
 
 
+def warm_up() -> None:
+    """Do ahead, once per worker process, what its first unit would otherwise wait for:
+    import the grading stack (nbgrader's preprocessors) and start the fork server (as root
+    with bubblewrap; ``grader.forkserver``). Nothing here depends on a submission; a
+    failure is logged and left for the first unit to meet and report."""
+    try:
+        from . import execute, feedback, verify  # noqa: F401 - the autograde's preprocessors
+        from .sandbox import SandboxedKernelManager, bwrap
+
+        km = SandboxedKernelManager(config=course.load_config())
+        if km.fork_kernels and os.geteuid() == 0 and bwrap():
+            km.fork_server()
+    except Exception as error:  # noqa: BLE001 - the first unit meets it again, and says so
+        logging.getLogger(__name__).warning("warming up the worker failed: %s", error)
+
+
 def _config(ws: Path, release: Path, secret_file: Path):
     config = course.load_config()
     config.CourseDirectory.release_directory = str(release)
@@ -132,7 +151,10 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         A JSON-ready dict: ``status`` (one line; "graded..." or "not graded: ..."),
         ``graded`` (bool), ``points`` and ``max_points`` (exercise id -> points),
         ``diagnoses`` (exercise id -> one line), ``late_seconds``, ``penalty`` (points),
-        ``timings`` (seconds: stage, autograde, feedback, total), ``gradebook`` (what
+        ``timings`` (seconds: stage, autograde, feedback, total), ``ran`` (where and when it
+        ran, for a timeline: ``worker`` "host:pid", ``start`` and ``end`` as Unix times, CPU
+        seconds of the worker process, ``grader_cpu``, and of its kernel, ``kernel_cpu``,
+        from the kernel's cgroup), ``gradebook`` (what
         autograde wrote in the throwaway gradebook, for the collector to record, or
         None), ``submitted``, ``autograded`` and ``feedback`` (notebook name -> the
         staged notebook's JSON text / the autograded one's / the feedback HTML).
@@ -142,16 +164,18 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         Anything else only for a fault of the grader or the machine, never for bad
         input: a submission that cannot be graded is a result with its status.
     """
-    started = time.perf_counter()
+    started, began, cpu, kernels_cpu = time.perf_counter(), time.time(), time.process_time(), kernels_cpu_seconds()
     timings: dict[str, float] = {}
     result = {"student_id": student_id, "assignment_id": assignment_id, "status": "", "graded": False,
               "points": {}, "max_points": {}, "diagnoses": {}, "late_seconds": 0.0, "penalty": 0.0,
-              "timings": timings, "gradebook": None, "submitted": {}, "autograded": {}, "feedback": {},
-              "keys": {}}
+              "timings": timings, "ran": {}, "gradebook": None, "submitted": {}, "autograded": {},
+              "feedback": {}, "keys": {}}
 
     def done(status: str) -> dict:
         result["status"] = status
         timings["total"] = time.perf_counter() - started
+        result["ran"] = {"worker": f"{socket.gethostname()}:{os.getpid()}", "start": began, "end": time.time(),
+                         "grader_cpu": time.process_time() - cpu, "kernel_cpu": kernels_cpu_seconds() - kernels_cpu}
         return result
 
     if settings.course_version and settings.course_version != course_version():

@@ -1,6 +1,6 @@
 """Where the time of one graded submission goes, per assignment, beside a plain nbclient run.
 
-    .venv/bin/python bench/profile.py [--assignments 01_similarity ...] [--student ada]
+    .venv/bin/python bench/stages.py [--assignments 01_similarity ...] [--student ada]
 
 For each assignment the grader grades the student's submission twice in this process
 (``grader.grade.Grader.grade``, as a one-worker run does): the first run pays what a
