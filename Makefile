@@ -57,14 +57,20 @@ hub: $(STAMP) $(HUB_DEPS)
 demo: $(STAMP) release
 	$(BIN)/course-grader grade --course '$(DEMO)' --submitted sample_class $(GRADE_OPTS)
 
+# The tests that stay in this process (the guard in tests/conftest.py holds every test not
+# marked kernel, browser, cluster or hub to it) run on every core (pytest-xdist); then the
+# others, one at a time: their sandboxes, servers and time limits assume a machine to themselves.
+IN_PROCESS := not (kernel or browser or cluster or hub)
 test: $(STAMP) $(HUB_DEPS) student-env
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto -m "$(IN_PROCESS)"; in_process=$$?; \
+	$(BIN)/python -m pytest -q -m "not ($(IN_PROCESS))"; others=$$?; \
+	exit $$(( in_process || others ))
 
-# The edit loop: the tests that stay in this process (no kernel, browser, cluster or hub)
-# and take no more than a second or so each (not slow), drawing one student seed where
-# `make test` draws many (tests/scope.py); the markers are in pyproject.toml.
+# The edit loop: the tests that stay in this process and take no more than a second or so
+# each (not slow), on every core, drawing one student seed where `make test` draws many
+# (tests/scope.py); the markers are in pyproject.toml.
 test-fast: $(STAMP)
-	COURSE_TEST_QUICK=1 $(BIN)/python -m pytest -q -m "not (kernel or browser or cluster or hub or slow)"
+	COURSE_TEST_QUICK=1 $(BIN)/python -m pytest -q -n auto -m "$(IN_PROCESS) and not slow"
 
 # The student package (coursekit/pyproject.toml): what a learner pip-installs, with no
 # grader, solution or reference in it. setuptools builds in coursekit/build/, which is
@@ -85,7 +91,7 @@ student-env: $(STAMP)
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)
-	$(BIN)/python bench/profile.py
+	$(BIN)/python bench/stages.py
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/multi_head.py
 	$(BIN)/python bench/transformer.py

@@ -26,8 +26,9 @@ expression that one run of the solution notebook evaluates where the claim stand
 
 Exactly one of ``check`` and ``value``. The expressions see the notebook's namespace as it
 is at that point of the run. ``tests/test_prose_claims.py`` runs every solution notebook
-that has claims once (nbclient, a fresh kernel) and fails on the first claim that does not
-hold; ``python -m grader.claims NOTEBOOK...`` prints every claim's verdict, for the author.
+that has claims once (nbclient, a fresh kernel; a run is kept until something it depends on
+changes, tests/runs.py) and fails on the first claim that does not hold;
+``python -m grader.claims NOTEBOOK...`` prints every claim's verdict, for the author.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 
@@ -119,12 +121,18 @@ def with_probes(nb, found: list[Claim]):
     for claim in found:
         at.setdefault(claim.after, []).append(claim)
     cells = []
+
+    def probe(claims_here: list[Claim]):
+        # a fixed id, not nbformat's random one: the same notebook gives the same probed copy
+        return nbformat.v4.new_code_cell(_probe_source([c.expression for c in claims_here]),
+                                         id=f"course-claims-{len(cells)}")
+
     for cell in probed.cells:
         cells.append(cell)
         if cell.cell_type == "code" and cell.get("id") in at:
-            cells.append(nbformat.v4.new_code_cell(_probe_source([c.expression for c in at[cell.id]])))
+            cells.append(probe(at[cell.id]))
     if None in at:
-        cells.append(nbformat.v4.new_code_cell(_probe_source([c.expression for c in at[None]])))
+        cells.append(probe(at[None]))
     probed.cells = cells
     return probed
 
@@ -165,25 +173,30 @@ def order(nb, found: list[Claim]) -> list[Claim]:
     return sorted(found, key=lambda c: position[c.after] if c.after is not None else len(position))
 
 
-def verify(path: Path, timeout: int = 600) -> list[Verdict]:
-    """Run the notebook at ``path`` once (nbclient, a fresh kernel, in its own folder) with
-    probes, and judge every claim of its markdown cells. A notebook without claims is not
-    run.
+def execute(nb, folder: Path, timeout: int = 600):
+    """``nb`` run top to bottom in a fresh kernel (nbclient), in ``folder``; returns it."""
+    from nbclient import NotebookClient
+
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
+
+
+def verify(path: Path, run: Callable = execute) -> list[Verdict]:
+    """Run the notebook at ``path`` once with probes, in its own folder, and judge every
+    claim of its markdown cells. A notebook without claims is not run. ``run(nb, folder)``
+    returns ``nb`` executed (by default ``execute``; the suite's keeps runs,
+    tests/runs.py).
 
     Raises:
         ValueError: a claim is malformed (see ``claims``).
         nbclient.exceptions.CellExecutionError: a cell of the notebook raised.
     """
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     found = order(nb, claims(nb))
     if not found:
         return []
-    probed = with_probes(nb, found)
-    NotebookClient(probed, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(Path(path).parent)}}).execute()
-    results = _results(probed)
+    results = _results(run(with_probes(nb, found), Path(path).parent))
     if len(results) != len(found):
         raise RuntimeError(f"{len(found)} claims, but the probes printed {len(results)} results")
     sources = {c.get("id"): c.source for c in nb.cells}

@@ -38,15 +38,19 @@ OUT = ROOT / "out"
 ENVS = OUT / "envs"  # the instructor's venv: an editable install of this checkout
 
 
-def _machine_envs() -> Path:
-    """Where venvs that depend only on their content are kept for the whole machine (see
-    the module's docs); this checkout's out/envs/ when there is no such place."""
-    if os.environ.get("ATTENTION_COURSE_ENVS"):
-        return Path(os.environ["ATTENTION_COURSE_ENVS"])
-    return Path("/var/cache/attention-from-scratch/envs") if os.geteuid() == 0 else ENVS
+MACHINE_CACHE = Path("/var/cache/attention-from-scratch")
 
 
-STUDENT_ENVS = _machine_envs()
+def machine_folder(name: str, variable: str) -> Path:
+    """Where things that depend only on their content are kept for the whole machine (see
+    the module's docs): $``variable``, else, as root, MACHINE_CACHE/``name``, else this
+    checkout's out/``name``. The suite keeps its notebook runs there too (tests/runs.py)."""
+    if os.environ.get(variable):
+        return Path(os.environ[variable])
+    return MACHINE_CACHE / name if os.geteuid() == 0 else OUT / name
+
+
+STUDENT_ENVS = machine_folder("envs", "ATTENTION_COURSE_ENVS")
 INTERPRETER = Path("/usr/bin/python3.11")
 HUB_PIN = "jupyterhub==6.1.1"  # the same hub in every environment: the single-user servers talk to it
 WHEEL_GLOB = "attention_coursekit-*-py3-none-any.whl"

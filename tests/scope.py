@@ -31,3 +31,16 @@ def some_of_each(rows: list) -> list:
             kept.append(row)
             covered.add(row[0][1])
     return [row for row in rows if row in kept]
+
+
+# Assignments whose notebook, run in process, trains or decodes whole models: seconds of CPU
+# for each submission judged or each cell run above a visible test. Those cases are `slow`
+# (left to `make test`); the edit loop keeps every other assignment's.
+COSTLY = ("09_transformer", "10_seq2seq_rnn", "12_gpt", "13_rope")
+
+
+def slow_if_costly(assignment: str, *values, **kwargs):
+    """``pytest.param(*values)``, marked `slow` when ``assignment`` is one of COSTLY."""
+    import pytest
+
+    return pytest.param(*values, marks=[pytest.mark.slow] if assignment in COSTLY else [], **kwargs)

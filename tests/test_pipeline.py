@@ -15,7 +15,7 @@ from grader import course
 from grader.checks import exercise_ids
 from tests.conftest import expected_grades, graded_in_kernels
 from tests.inprocess import is_drawing
-from tests.scope import some_of_each
+from tests.scope import slow_if_costly, some_of_each
 
 ASSIGNMENT = "01_similarity"
 RECORDED = sorted(expected_grades().items())
@@ -39,7 +39,7 @@ def test_sample_class_grades_as_recorded(graded_class, key, expected):
     assert row.max_score == max_points(key[1])
 
 
-@pytest.mark.parametrize("key,expected", JUDGED, ids=_key_id)
+@pytest.mark.parametrize("key,expected", [slow_if_costly(k[1], k, e, id=_key_id(k)) for k, e in JUDGED])
 def test_sample_class_judged_in_process_as_recorded(judged, key, expected):
     """The same expectations through grading's steps in process; for notebook 01 this
     agrees with the real pipeline above, student by student."""
@@ -56,7 +56,7 @@ def test_every_recorded_grade_is_asserted():
     assert [key for key, _ in RECORDED if not graded_in_kernels(key) and key not in judged] == []
 
 
-@pytest.mark.parametrize("key", [key for key, _ in JUDGED], ids=_key_id)
+@pytest.mark.parametrize("key", [slow_if_costly(k[1], k, id=_key_id(k)) for k, _ in JUDGED])
 def test_diagnoses_judged_in_process_show_no_traceback_or_hidden_input(judged, key):
     """What feedback shows of a wrong answer is its diagnosis (the feedback of notebook
     01's students is checked whole in test_feedback.py)."""

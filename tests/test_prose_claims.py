@@ -1,12 +1,15 @@
 """No result typed in by hand: every claim tagged in a solution notebook's prose holds in one
-run of that notebook (grader/claims.py), and the mechanism itself catches a false claim, a
-claim the prose no longer makes and a malformed one."""
+run of that notebook (grader/claims.py; a run is kept until something it depends on changes,
+tests/runs.py), and the mechanism itself catches a false claim, a claim the prose no longer
+makes and a malformed one; a kept run is given back only for the same notebook, sources and
+platform."""
 from __future__ import annotations
 
 import nbformat
 import pytest
 
 from grader import claims, course
+from tests import runs
 
 
 def _with_claims() -> list[str]:
@@ -22,7 +25,7 @@ def _with_claims() -> list[str]:
 @pytest.mark.kernel
 @pytest.mark.parametrize("assignment", _with_claims())
 def test_every_claim_of_the_prose_holds_in_the_solution_s_run(assignment):
-    verdicts = claims.verify(course.SOLUTIONS / assignment / f"{assignment}.ipynb")
+    verdicts = claims.verify(course.SOLUTIONS / assignment / f"{assignment}.ipynb", run=runs.kept())
     assert verdicts
     wrong = [str(v) for v in verdicts if not v.holds]
     assert not wrong, "the prose says what the run did not show:\n" + "\n".join(wrong)
@@ -97,3 +100,61 @@ def test_claims_on_a_code_cell_are_refused(tmp_path):
     path = _notebook(tmp_path, [("code", "1", [{"text": "1", "check": "True"}])])
     with pytest.raises(ValueError, match="markdown cells"):
         claims.claims(nbformat.read(path, as_version=4))
+
+
+def test_a_run_is_kept_only_while_nothing_it_depends_on_changes(tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_TEST_FRESH_RUNS", raising=False)
+    package, folder = tmp_path / "src" / "coursekit", tmp_path / "solutions" / "01_x"
+    package.mkdir(parents=True)
+    folder.mkdir(parents=True)
+    (package / "helpers.py").write_text("SEED = 0\n")
+    ran = []
+
+    def run(nb, where):
+        ran.append(where)
+        nb.cells[0].outputs = [nbformat.v4.new_output("stream", text=f"run {len(ran)}\n")]
+        return nb
+
+    keeping = runs.kept(run, runs=tmp_path / "runs", packages=(package,))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+
+    def output(notebook):
+        return keeping(notebook, folder).cells[0].outputs[0].text
+
+    assert output(nb) == output(nb) == "run 1\n"          # the second is the kept run
+    (package / "helpers.py").write_text("SEED = 1\n")
+    assert output(nb) == "run 2\n"                       # a package's file changed
+    (folder / "data.txt").write_text("x")
+    assert output(nb) == "run 3\n"                       # a file beside the notebook
+    edited = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(2)")])
+    assert output(edited) == "run 4\n"                   # the notebook itself
+    assert output(nb) == "run 3\n"                       # the earlier key is still kept
+    kept, = (tmp_path / "runs").glob(f"01_x-{runs.key(nb, folder, (package,))}.ipynb")
+    kept.write_text("{not json")
+    assert output(nb) == "run 5\n"                       # a torn file is run again
+    monkeypatch.setenv("COURSE_TEST_FRESH_RUNS", "1")
+    assert output(nb) == "run 6\n"
+    assert not list((tmp_path / "runs").glob("*.part"))
+    monkeypatch.delenv("COURSE_TEST_FRESH_RUNS")
+    first = runs.key(nb, folder, (package,))
+    for seed in range(2, 2 + runs.KEEP):                # KEEP more keys: the oldest runs go
+        (package / "helpers.py").write_text(f"SEED = {seed}\n")
+        output(nb)
+    kept = sorted((tmp_path / "runs").glob("01_x-*.ipynb"))
+    assert len(kept) == runs.KEEP and first not in "".join(p.name for p in kept)
+
+
+def test_the_key_names_the_platform_and_the_installed_versions():
+    described = runs._platform()
+    assert f"nbformat=={nbformat.__version__}" in described.split("\n")
+    import torch
+    assert f"torch=={torch.__version__}" in described.split("\n")
+
+
+def test_the_same_notebook_gives_the_same_probed_copy_and_key(tmp_path):
+    path = _notebook(tmp_path, [("code", "x = 3", None), ("md", "x is 3", [{"text": "x is 3", "value": "x"}])])
+    nb = nbformat.read(path, as_version=4)
+    found = claims.order(nb, claims.claims(nb))
+    first, second = claims.with_probes(nb, found), claims.with_probes(nb, found)
+    assert nbformat.writes(first) == nbformat.writes(second)
+    assert runs.key(first, tmp_path, ()) == runs.key(second, tmp_path, ())

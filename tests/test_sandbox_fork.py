@@ -13,11 +13,13 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
 from grader import course, forkserver
 from grader.forkserver import ForkedKernelProvisioner
+from grader.sandbox import readable_roots
 from tests.kernels import Kernel, kernel
 
 pytestmark = pytest.mark.kernel
@@ -82,8 +84,11 @@ def test_a_kernel_sees_nothing_of_a_sibling_forked_before_it(tmp_path):
             seen = second.run(LOOK_FOR_MARKS)
             own_run_folder = os.path.basename(os.path.dirname(second.km.connection_file))
         assert first.run("import numpy, json; print(json.dumps(numpy.dot(1, 2)))") == 42  # it did patch its own
-    # /tmp: the font cache, and the folder above its own socket folder (as for any kernel)
-    assert seen == {"tmp": sorted(["matplotlib", own_run_folder]), "work": [], "dot": 11, "numpy mark": False,
+    # /tmp: the font cache, the folder above its own socket folder and any read-only root
+    # that lives under /tmp, such as a checkout cloned there (as for any kernel)
+    shared = {Path(root).relative_to("/tmp").parts[0] for root in readable_roots()
+              if Path(root).is_relative_to("/tmp")}
+    assert seen == {"tmp": sorted({"matplotlib", own_run_folder} | shared), "work": [], "dot": 11, "numpy mark": False,
                     "coursekit mark": False, "module": False, "environment": None, "processes": [],
                     "uid": seen["uid"]}
     assert seen["uid"] != first_uid

@@ -21,6 +21,7 @@ import pytest
 
 from grader import course
 from grader.checks import get
+from tests.scope import slow_if_costly
 
 ASSIGNMENTS = [a for a in course.assignments() if a[:2] <= "10"]   # the notebooks of issue 17
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
@@ -151,7 +152,8 @@ def _run_up_to(cells, namespace: dict) -> None:
 CASES = [(a, e, d) for a, e, source, _ in _test_cells() for d, _ in _hints(source)]
 
 
-@pytest.mark.parametrize("assignment, exercise, description", CASES, ids=[f"{e}: {d[:40]}" for _, e, d in CASES])
+@pytest.mark.parametrize("assignment, exercise, description",
+                         [slow_if_costly(a, a, e, d, id=f"{e}: {d[:40]}") for a, e, d in CASES])
 def test_the_mistake_a_hint_names_gives_the_hint(assignment, exercise, description):
     code = _registered(exercise, description)
     assert code, f"{exercise}: no mistake in MISTAKES proves the hint {description!r}"
