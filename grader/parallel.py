@@ -141,7 +141,8 @@ def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = 
         pending, started, more, looked = set(), {}, True, 0.0
 
         def hand_out() -> None:  # to each free thread, the unit expected to take longest
-            while todo and len(pending) < _slots(c):
+            slots = _slots(c)  # one look at the scheduler per hand-out, not one per unit
+            while todo and len(pending) < slots:
                 unit = max(todo, key=lambda u: _expected(seconds, u.assignment_id))
                 todo.remove(unit)
                 files = unit.files() if callable(unit.files) else unit.files
