@@ -6,9 +6,21 @@ the built wheel, tests/test_student_package.py prove it); those live in ``soluti
 and in the instructor-side ``grader`` package.
 """
 import functools
+import os
+import platform
 import random
 
 import numpy as np
+
+# The same arithmetic on every x86-64 processor: torch's own kernels at AVX2 (a processor
+# with AVX-512 would otherwise add its sums in other vector widths, and a model trained for
+# hundreds of steps comes out different) and MKL's matrix products on its AVX2 code path
+# (MKL_CBWR, Intel's conditional numerical reproducibility). torch reads both at its first
+# operation, so the notebooks import coursekit before they compute anything;
+# coursekit.training.train warns when that came too late.
+if platform.machine().lower() in ("x86_64", "amd64"):
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    os.environ.setdefault("MKL_CBWR", "AVX2")
 
 __all__ = ["returns_tensor", "seed_everything"]
 

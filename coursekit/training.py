@@ -8,8 +8,8 @@ Nothing here is an exercise: it is the plumbing around the learner's model.
   number of batches, with one torch thread and a tqdm progress bar whose estimate of the
   time left is the only thing the clock decides. Returns a ``History`` (losses, learning
   rates, seconds). The same seeds and steps give the same model whatever the machine's
-  load or number of cores (a CPU with other vector instructions may still round the last
-  digits differently: torch picks its kernels by the instructions it finds).
+  load or number of cores, on every x86-64 processor with AVX2 (``import coursekit`` pins
+  torch's kernels and MKL to AVX2; ``arithmetic_note()`` says when that did not take).
 * ``exact_match(pred, ref, eos_id)`` and ``evaluate(decode_fn, src, ref, eos_id)``:
   whole-sentence accuracy of greedy translations.
 * ``init_weights(model)``, ``count_parameters(model)`` and ``recorded_attention(attention)``:
@@ -22,12 +22,13 @@ import contextlib
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["THREADS", "History", "count_parameters", "evaluate", "exact_match", "grading", "init_weights",
+__all__ = ["THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading", "init_weights",
            "recorded_attention", "torch_threads", "train"]
 
 # Training and evaluation run on one torch thread. The count is part of the numerics: two
@@ -40,6 +41,28 @@ THREADS = 1
 def grading() -> bool:
     """True while nbgrader runs the notebook (the environment variable NBGRADER_EXECUTION is set)."""
     return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def arithmetic_note() -> str | None:
+    """Why this kernel's numbers may differ from the notebook's prose, in one line, or None.
+
+    On x86-64, ``import coursekit`` pins torch's kernels to AVX2 (``ATEN_CPU_CAPABILITY``),
+    which torch reads at its first operation: a kernel that computed with torch before it
+    imported coursekit keeps the processor's own choice, and a processor without AVX2 has
+    none to give.
+    """
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    used = torch.backends.cpu.get_cpu_capability()
+    if used == "AVX2":
+        return None
+    if used == "DEFAULT":
+        return ("this processor has no AVX2: the model trains the same way, but its last digits, and "
+                "so some numbers below, may differ from those the text quotes")
+    return (f"torch computes with {used}, not the course's AVX2, because it ran before coursekit was "
+            "imported: restart the kernel and run the cells from the top to get the numbers the text quotes")
 
 
 @contextlib.contextmanager
@@ -113,6 +136,9 @@ def train(step_fn: Callable[[Any], float], batches: Iterable, steps: int, desc: 
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+    note = arithmetic_note() if steps else None
+    if note:
+        warnings.warn(note, stacklevel=2)
     history = History(threads=threads)
     from tqdm.auto import tqdm
 

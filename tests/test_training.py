@@ -1,7 +1,8 @@
 """Training on a step budget gives the same numbers on every machine (coursekit/training.py):
-the budget is a number of steps, never a time, and the torch thread count is fixed while
-training, because it changes the numbers. In process: a few steps of the recipes of
-notebooks 09 and 10, no notebook is run."""
+the budget is a number of steps, never a time, the torch thread count is fixed while
+training, and torch's vector kernels are pinned to AVX2 on x86-64, because both change the
+numbers. A few steps of the recipes of notebooks 09 and 10, no notebook is run; the
+processor tests start fresh interpreters (marked kernel)."""
 from __future__ import annotations
 
 import itertools
@@ -131,3 +132,83 @@ def test_evaluate_gives_each_sentence_its_own_verdict_in_order():
     assert right.tolist() == exact_match(decode(src), ref, 2).tolist()
     accuracy, right = evaluate(decode, src[:0], ref[:0], eos_id=2)
     assert math.isnan(accuracy) and right.shape == (0,)
+
+
+# ---------------------------------------------------------------------------- the processor
+
+# A few steps of a small torch.nn.Transformer in a fresh interpreter: which vector kernels
+# torch used, and the loss to the last bit. Nothing may compute with torch before the
+# environment is read, hence a new process for each.
+PROBE = """
+import sys, torch
+if sys.argv[1] == "coursekit":
+    import coursekit
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.Transformer(32, 4, 1, 1, 64, dropout=0.0, batch_first=True)
+optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+x, y = torch.randn(8, 12, 32), torch.randn(8, 10, 32)
+for _ in range(10):
+    loss = model(x, y).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(torch.backends.cpu.get_cpu_capability(), loss.item().hex())
+"""
+
+
+def _probe(tmp_path, *, coursekit: bool, capability: str | None = None) -> list[str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
+    if capability:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    done = subprocess.run([sys.executable, "-c", PROBE, "coursekit" if coursekit else "torch"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.split()
+
+
+def _flags() -> set[str]:
+    import platform
+    from pathlib import Path
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the AVX2 pin is for x86-64 processors")
+    return set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("flags")).split(":")[1].split())
+
+
+@pytest.mark.kernel
+def test_coursekit_makes_torch_compute_at_avx2_on_any_x86_processor(tmp_path):
+    flags = _flags()
+    if "avx2" not in flags:
+        pytest.skip("this processor has no AVX2")
+    pinned = _probe(tmp_path, coursekit=True)
+    assert pinned[0] == "AVX2"
+    assert pinned == _probe(tmp_path, coursekit=False, capability="avx2")
+
+
+@pytest.mark.kernel
+def test_why_the_processor_is_pinned_avx512_gives_other_numbers(tmp_path):
+    if "avx512f" not in _flags():
+        pytest.skip("this processor has no AVX-512 to compare with")
+    native, pinned = _probe(tmp_path, coursekit=False), _probe(tmp_path, coursekit=True)
+    assert native[0] == "AVX512" and pinned[0] == "AVX2"
+    assert native[1] != pinned[1]  # the same seed and steps, another last bit
+
+
+def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch):
+    from coursekit import training
+
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    for used, expected in [("AVX2", None), ("AVX512", "restart the kernel"), ("DEFAULT", "no AVX2")]:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda used=used: used)
+        note = training.arithmetic_note()
+        assert (note is None) if expected is None else (expected in note and "\n" not in note)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    with pytest.warns(UserWarning, match="restart the kernel"):
+        train(lambda batch: 0.0, itertools.repeat(None), 1, progress=False)
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    assert training.arithmetic_note() is None
