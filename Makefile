@@ -59,15 +59,12 @@ demo: $(STAMP) release
 
 # The tests that stay in this process (the guard in tests/conftest.py holds every test not
 # marked kernel, browser, cluster or hub to it) run on every core (pytest-xdist); then the
-# others, also on every core, the tests of one costly fixture (the graded class, the real
-# accounts) on one worker (--dist loadgroup, groups in tests/conftest.py); last, alone,
-# the few that measure wall time or a CPU share (marked alone).
+# others, one at a time: their sandboxes, servers and time limits assume a machine to themselves.
 IN_PROCESS := not (kernel or browser or cluster or hub)
 test: $(STAMP) $(HUB_DEPS) student-env
 	$(BIN)/python -m pytest -q -n auto -m "$(IN_PROCESS)"; in_process=$$?; \
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not ($(IN_PROCESS)) and not alone"; others=$$?; \
-	$(BIN)/python -m pytest -q -m "not ($(IN_PROCESS)) and alone"; alone=$$?; \
-	exit $$(( in_process || others || alone ))
+	$(BIN)/python -m pytest -q -m "not ($(IN_PROCESS))"; others=$$?; \
+	exit $$(( in_process || others ))
 
 # The edit loop: the tests that stay in this process and take no more than a second or so
 # each (not slow), on every core, drawing one student seed where `make test` draws many

@@ -62,28 +62,7 @@ def _guard(start_process, what: str):
     return start
 
 
-def _private_tmp() -> None:
-    """An xdist worker's own temporary folder (TMPDIR), so that what one test leaves in the
-    temporary folder (``graded_class``'s "left_in_tmp") is never another worker's. Mode 1777
-    as /tmp is, for the student accounts and sandboxed kernels; a short name, for the unix
-    sockets made in it; removed at the end of the session."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and "ATTENTION_TEST_TMP" not in os.environ:
-        folder = tempfile.mkdtemp(prefix=f"{worker}-", dir="/tmp" if os.path.isdir("/tmp") else None)
-        os.chmod(folder, 0o1777)
-        os.environ["TMPDIR"] = os.environ["ATTENTION_TEST_TMP"] = folder
-        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-
-
-def pytest_unconfigure(config):
-    folder = os.environ.get("ATTENTION_TEST_TMP")
-    if folder and os.environ.get("PYTEST_XDIST_WORKER") and os.path.basename(folder).startswith(
-            os.environ["PYTEST_XDIST_WORKER"] + "-"):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def pytest_configure(config):
-    _private_tmp()
     # A new process is started by subprocess (kernels, servers, commands), by
     # multiprocessing (Dask's local workers) or by a fork; each is refused to unmarked tests.
     subprocess.Popen._execute_child = _guard_subprocess(subprocess.Popen._execute_child)
@@ -93,25 +72,13 @@ def pytest_configure(config):
 
 # Fixtures that start processes mark the tests that use them.
 FIXTURE_MARKERS = {"graded_class": "kernel", "accounts": "hub"}
-# `make test` runs the process-leaving tests on every core (--dist loadgroup): the tests of
-# one costly session fixture share a worker, so that it is built once (the class graded
-# once, the real accounts and hubs made once, never two sets at a time).
-FIXTURE_GROUPS = {"graded_class": "graded_class", "accounts": "accounts"}
-MARKER_GROUPS = {"hub": "accounts"}
 
 
-# First, so that xdist's own hook sees the groups when it names the tests by group.
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
         for fixture, marker in FIXTURE_MARKERS.items():
-            if fixture in fixtures:
+            if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
-        group = next((g for f, g in FIXTURE_GROUPS.items() if f in fixtures), None) or next(
-            (g for m, g in MARKER_GROUPS.items() if item.get_closest_marker(m)), None)
-        if group and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _guarded(item):

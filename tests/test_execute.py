@@ -78,7 +78,6 @@ def test_cpu_of_the_kernels_children_counts_for_the_cell(tmp_path):
     assert "of CPU time" in events[0] and events[1].startswith("not run")
 
 
-@pytest.mark.alone  # wall time
 def test_the_notebook_budget_cannot_be_outrun_by_many_short_cells(tmp_path):
     nb = new_notebook(cells=[new_code_cell("import time; time.sleep(0.9)") for _ in range(20)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -93,7 +92,6 @@ def test_the_notebook_budget_cannot_be_outrun_by_many_short_cells(tmp_path):
     assert nb.cells[-1].outputs[0].ename == "NotRun"
 
 
-@pytest.mark.alone  # wall time
 def test_many_markdown_cells_cost_little(tmp_path):
     cells = [new_markdown_cell(f"note {i}") for i in range(20_000)] + [new_code_cell("print('ran')")]
     nb = new_notebook(cells=cells)

@@ -10,7 +10,6 @@ from grader.parallel import Unit, run
 pytestmark = pytest.mark.kernel
 
 
-@pytest.mark.alone  # a 3 s deadline on every unit
 def test_a_unit_past_its_deadline_is_stopped_and_the_batch_goes_on():
     def work(files, student_id, assignment_id, settings):  # a closure: sent to the worker by value
         import os

@@ -50,7 +50,6 @@ def _need_root():
         pytest.fail("run the tests as root (as CI does): cgroups and a kernel uid need it")
 
 
-@pytest.mark.alone  # a CPU share
 def test_an_attacker_does_not_take_a_classmates_cpu_and_leaves_nothing(tmp_path):
     """The honest kernel still gets its fixed CPU budget (1.5 s) well within a cell's
     time limit, and gets at least a third of what the attacker's 200 processes get
