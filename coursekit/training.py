@@ -28,12 +28,13 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading", "init_weights",
-           "recorded_attention", "torch_threads", "train"]
+__all__ = ["THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading",
+           "init_weights", "recorded_attention", "torch_threads", "train"]
 
-# Training and evaluation run on one torch thread. The count is part of the numerics: two
-# threads split a sum into two partial sums and add them in another order, so the same seed
-# gives other losses within a few steps (tests/test_training.py); and on a shared, busy
+# Training and evaluation run on one torch thread. The count can be part of the numerics: where
+# MKL is not pinned (coursekit's MKL_CBWR came too late), two threads split a sum into two
+# partial sums and add them in another order, so the same seed gives other losses within a
+# few steps (tests/test_training.py); and on a shared, busy
 # machine two OpenMP threads that wait for each other were ten times slower than one.
 THREADS = 1
 
@@ -58,6 +59,10 @@ def arithmetic_note() -> str | None:
     used = torch.backends.cpu.get_cpu_capability()
     if used == "AVX2":
         return None
+    asked = os.environ.get("ATEN_CPU_CAPABILITY", "avx2")
+    if asked.lower() != "avx2":
+        return (f"ATEN_CPU_CAPABILITY={asked} is set, so torch computes with {used}, not the course's AVX2: "
+                "unset it and restart the kernel to get the numbers the text quotes")
     if used == "DEFAULT":
         return ("this processor has no AVX2: the model trains the same way, but its last digits, and "
                 "so some numbers below, may differ from those the text quotes")
