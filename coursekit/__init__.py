@@ -18,11 +18,13 @@ import numpy as np
 # (MKL_CBWR, Intel's conditional numerical reproducibility). torch reads both at its first
 # operation, so the notebooks import coursekit before they compute anything;
 # coursekit.training.train warns when that came too late.
-if platform.machine().lower() in ("x86_64", "amd64"):
-    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
-    os.environ.setdefault("MKL_CBWR", "AVX2")
+# ARITHMETIC is that environment (empty elsewhere); the grader gives it to every kernel it starts.
+ARITHMETIC = ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+              if platform.machine().lower() in ("x86_64", "amd64") else {})
+for _name, _value in ARITHMETIC.items():
+    os.environ.setdefault(_name, _value)
 
-__all__ = ["returns_tensor", "seed_everything"]
+__all__ = ["ARITHMETIC", "returns_tensor", "seed_everything"]
 
 
 def seed_everything(seed: int = 0) -> None:

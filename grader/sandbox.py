@@ -554,6 +554,9 @@ def _kernel_env() -> dict[str, str]:
         # the coursekit the sandbox mounts, whatever an editable install's finder says
         "PYTHONPATH": str(Path(coursekit.__file__).parent.parent),
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        # the course's arithmetic (coursekit.ARITHMETIC), the same in a kernel forked from the
+        # fork server, which imported coursekit, and in one started anew
+        **coursekit.ARITHMETIC,
     }
 
 
