@@ -28,6 +28,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from . import ARITHMETIC
+
 __all__ = ["THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading",
            "init_weights", "recorded_attention", "torch_threads", "train"]
 
@@ -52,15 +54,14 @@ def arithmetic_note() -> str | None:
     imported coursekit keeps the processor's own choice, and a processor without AVX2 has
     none to give.
     """
-    import platform
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    if not ARITHMETIC:
         return None
     used = torch.backends.cpu.get_cpu_capability()
     if used == "AVX2":
         return None
-    asked = os.environ.get("ATEN_CPU_CAPABILITY", "avx2")
-    if asked.lower() != "avx2":
+    pinned = ARITHMETIC["ATEN_CPU_CAPABILITY"]
+    asked = os.environ.get("ATEN_CPU_CAPABILITY", pinned)
+    if asked.lower() != pinned:
         return (f"ATEN_CPU_CAPABILITY={asked} is set, so torch computes with {used}, not the course's AVX2: "
                 "unset it and restart the kernel to get the numbers the text quotes")
     if used == "DEFAULT":

@@ -189,10 +189,11 @@ def _probe(tmp_path, *, coursekit: bool, capability: str | None = None) -> list[
 
 
 def _flags() -> set[str]:
-    import platform
     from pathlib import Path
 
-    if platform.machine().lower() not in ("x86_64", "amd64"):
+    import coursekit
+
+    if not coursekit.ARITHMETIC:
         pytest.skip("the AVX2 pin is for x86-64 processors")
     return set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
                     if line.startswith("flags")).split(":")[1].split())
@@ -220,7 +221,7 @@ def test_why_the_processor_is_pinned_avx512_gives_other_numbers(tmp_path):
 def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch):
     from coursekit import training
 
-    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    monkeypatch.setattr(training, "ARITHMETIC", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"})  # x86-64
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     for used, expected in [("AVX2", None), ("AVX512", "restart the kernel"), ("DEFAULT", "no AVX2")]:
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda used=used: used)
@@ -231,5 +232,5 @@ def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch)
         train(lambda batch: 0.0, itertools.repeat(None), 1, progress=False)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
     assert "ATEN_CPU_CAPABILITY=avx512 is set" in training.arithmetic_note()
-    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    monkeypatch.setattr(training, "ARITHMETIC", {})  # another processor family
     assert training.arithmetic_note() is None
