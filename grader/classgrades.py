@@ -35,7 +35,7 @@ class Submission:
     score: float  # after the late penalty, never below 0 (as in grades.csv)
     points: dict[str, float] = field(default_factory=dict)  # exercise id -> points
     max_points: dict[str, float] = field(default_factory=dict)
-    diagnoses: dict[str, str] = field(default_factory=dict)  # failed exercise id -> diagnosis
+    diagnoses: dict[str, str] = field(default_factory=dict)  # failed exercise id -> automatic diagnosis
 
 
 @dataclass
@@ -70,7 +70,10 @@ def gradebook_url(course_dir: Path | str | None = None) -> str:
 
 
 def _diagnosis(comment) -> str | None:
-    text = (comment.manual_comment or comment.auto_comment or "").strip()
+    """The grader's automatic diagnosis of one cell. An instructor's manual comment is
+    written to one student (formgrader shows it in that student's feedback only), so it
+    never reaches what the class sees: the report's common mistakes and their figure."""
+    text = (comment.auto_comment or "").strip()
     if text == UNANSWERED:
         return "not answered yet: the answer cell is as it was released"
     return text or None

@@ -149,3 +149,36 @@ def test_mistake_grouping_ignores_numbers_only():
     assert mistake_key("f(a) for a of shape (2, 4, 3): wrong") == mistake_key("f(a) for a of shape (3, 5, 2): wrong")
     assert mistake_key("rows sum to 1") != mistake_key("columns sum to 1")
     assert Counter(map(mistake_key, ["x 1", "x 2", "y 1"])) == Counter({"x #": 2, "y #": 1})
+
+
+def test_a_manual_comment_reaches_only_its_student(tmp_path):
+    """An instructor's comment in formgrader is written to one student: the class's common
+    mistakes (the report page and mistakes.png, both drawn from ``common_mistakes``) hold
+    the automatic diagnoses only, however many students have a manual comment."""
+    from nbgrader.api import Gradebook
+
+    import grader.release  # noqa: F401  (nbgrader's alembic revision in process, not a subprocess)
+    from grader.report import _html
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    private = "You raised on purpose? Partial credit, see me."
+    automatic = "the softmax is over the query axis: take it over the key axis"
+    with Gradebook(url) as gb:
+        gb.add_assignment("03_masking")
+        gb.add_notebook("03_masking", "03_masking")
+        gb.add_grade_cell("masking-causal_mask-test", "03_masking", "03_masking", max_score=2, cell_type="code")
+        gb.add_solution_cell("masking-causal_mask", "03_masking", "03_masking")
+        for student in ("ada", "kai", "lee"):
+            gb.add_student(student)
+            gb.add_submission("03_masking", student)
+            grade = gb.find_grade("masking-causal_mask-test", "03_masking", "03_masking", student)
+            grade.auto_score = 0.0
+            comment = gb.find_comment("masking-causal_mask", "03_masking", "03_masking", student)
+            comment.auto_comment = automatic
+            if student != "lee":
+                comment.manual_comment = private
+        gb.db.commit()
+    grades = read(url, progress=False)
+    mistakes = common_mistakes(grades)
+    assert [(m.exercise, m.diagnosis, m.count) for m in mistakes] == [("masking-causal_mask", automatic, 3)]
+    assert "Partial credit" not in _html(grades, pass_rates(grades), mistakes)
