@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="grade only this student (repeatable); the other rows stay as they are")
     grade.add_argument("--duedate", action="append", default=[], metavar="ASSIGNMENT=DATE",
                        help='an assignment\'s due date for everyone, kept in the gradebook, e.g. '
-                            '01_similarity="2026-12-01 23:59 UTC" (repeatable)')
+                            '01_similarity="2026-12-01 23:59 UTC" (repeatable; one value may hold several '
+                            'pairs separated by spaces, as make grade DUEDATE="..." passes them)')
     grade.add_argument("--extensions", type=Path, metavar="CSV",
                        help="per-student due dates (student_id,assignment_id,duedate), kept in the gradebook "
                             "as nbgrader's extensions")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from .coursedir import CourseDir, CourseDirError
-    from .grade import format_table, grade_class, read_extensions, read_timestamps
+    from .grade import format_table, grade_class, parse_duedates, read_extensions, read_timestamps
     from .parallel import EngineUnavailable
 
     # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
@@ -99,9 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course-grader: {shown(message)}", file=sys.stderr)
         return 2
 
-    bad = [d for d in args.duedate if "=" not in d]
-    if bad:
-        return fail(f"--duedate wants ASSIGNMENT=DATE, got {bad[0]!r}")
     if args.duedate and args.student:
         return fail("--duedate sets an assignment's due date for every student: for one student's "
                     "extension, give --extensions CSV (student_id,assignment_id,duedate)")
@@ -111,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         return fail(f"there is no assignment {unknown[0]!r} in this course "
                     f"({', '.join(course.assignments())})")
-    duedates = dict(d.split("=", 1) for d in args.duedate)
     roster = None
     try:
+        duedates = parse_duedates(args.duedate)
         timestamps = read_timestamps(args.timestamps) if args.timestamps else None
         extensions = read_extensions(args.extensions) if args.extensions else None
         if args.roster:
@@ -123,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                 roster = set(read_roster(args.roster))
             except BadRoster as error:
                 return fail(str(error))
-        course_dir = CourseDir.open(args.course, args.db_url, args.submitted)
-        rows = grade_class(course_dir, assignments=args.assignment or None, students=args.student or None,
+        rows = grade_class(args.course, assignments=args.assignment or None, students=args.student or None,
                            duedates=duedates, timestamps=timestamps, extensions=extensions, jobs=args.jobs,
-                           scheduler=args.scheduler, roster=roster)
+                           scheduler=args.scheduler, roster=roster, db_url=args.db_url, submitted=args.submitted)
     except (EngineUnavailable, CourseDirError, RuntimeError, FileNotFoundError) as error:
         return fail(str(error))
+    course_dir = CourseDir.open(args.course, create=False)
     print(format_table(rows))
     print(f"\ngrade table: {shown(course_dir.grades_csv)} (the whole gradebook)")
     print(f"feedback:    {shown(course_dir.folder('feedback'))}/<student_id>/<assignment_id>/<notebook>.html")
