@@ -35,6 +35,10 @@ class CourseDirError(RuntimeError):
     """The course directory cannot be used as asked; the message says what to do."""
 
 
+class CourseBusy(CourseDirError):
+    """Another grader is working in the course directory."""
+
+
 def default_root() -> Path:
     """The course directory nbgrader_config.py names (the repository root unless changed)."""
     return Path(course.load_config().CourseDirectory.root).resolve()
@@ -59,7 +63,9 @@ def undone_if_new(root: Path | str | None = None):
     and its parents if the run made them) is removed, so that the corrected run starts as the
     first would have (a leftover nbgrader_config.py would pin the failed run's gradebook and
     submitted folder). A course directory that existed is left as it is: its gradebook and
-    folders are the term's. A gradebook on a database server keeps what the run wrote.
+    folders are the term's. So is one that another run made meanwhile: a ``CourseDirError``
+    (its configuration is not this run's, or its grader holds it) removes nothing. A
+    gradebook on a database server keeps what the run wrote.
     """
     root = Path(root).resolve() if root is not None else default_root()
     if (root / CONFIG_NAME).is_file():
@@ -71,6 +77,8 @@ def undone_if_new(root: Path | str | None = None):
     before = set(os.listdir(root)) if root.is_dir() else None
     try:
         yield
+    except CourseDirError:
+        raise
     except Exception:
         if before is None:
             shutil.rmtree(made, ignore_errors=True)

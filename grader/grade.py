@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
-from .coursedir import CourseDir, Statuses, undone_if_new
+from .coursedir import CourseBusy, CourseDir, Statuses, undone_if_new
 from .exchange import read_submission_times
 from .gradetable import Row, export, write_csv  # noqa: F401 - Row and write_csv are part of this API
 from .names import quoted, shown, student_id_problem
@@ -138,8 +138,9 @@ class Grader:
     instructor's override, e.g. from an LMS); a student's own timestamp.txt never.
 
     Raises:
-        RuntimeError: another grader holds this course directory, the gradebook cannot be
-            opened, or a due date or extension cannot be used.
+        grader.coursedir.CourseBusy: another grader holds this course directory.
+        RuntimeError: the gradebook cannot be opened, or a due date or extension cannot be
+            used (an extension needs its assignment's due date).
     """
 
     def __init__(self, course_dir: CourseDir | Path | str | None = None, duedates: dict[str, str] | None = None,
@@ -155,7 +156,7 @@ class Grader:
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another grader is already working in {shown(self.course.root)}; "
+            raise CourseBusy(f"another grader is already working in {shown(self.course.root)}; "
                                "wait for it to finish") from None
         _check_gradebook(self.db_url)
         self._check_extensions()

@@ -129,3 +129,15 @@ def test_make_grade_duedate_reaches_the_gradebook(tmp_path):
         assert gb.find_assignment(A).duedate == parse_utc("2026-12-01 23:59 UTC")
         assert gb.find_submission(A, "ada").duedate == parse_utc("2026-12-09 23:59 UTC")
     assert "not graded" in (root / "grades.csv").read_text()
+
+
+def test_a_folder_another_run_made_a_course_directory_meanwhile_is_left_alone(tmp_path):
+    """Two first runs into one new folder: the one that finds the other's configuration (or
+    its grader's lock) fails with a CourseDirError and removes nothing of the other's."""
+    from grader.coursedir import CourseBusy, CourseDirError, undone_if_new
+
+    root = tmp_path / "course"
+    with pytest.raises(CourseDirError), undone_if_new(root):
+        CourseDir.open(root)  # what the other run wrote while this one started
+        raise CourseBusy("another grader is already working")
+    assert (root / "nbgrader_config.py").is_file()
