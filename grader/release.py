@@ -90,26 +90,27 @@ def _utc_now() -> datetime.datetime:
 
 
 def open_assignments(db_url: str, assignment_ids, now: datetime.datetime | None = None
-                     ) -> dict[str, datetime.datetime | None]:
+                     ) -> tuple[dict[str, datetime.datetime | None], list[str]]:
     """Those of ``assignment_ids`` that are open in the gradebook at ``db_url``: in it, and
     without a due date, or with one (or a student's extension) still to come at ``now``
-    (naive UTC, as nbgrader keeps dates; default: now). Each -> the last due date of its
-    students, None when it has none. An assignment not in the gradebook is not out yet, and
-    a SQLite gradebook that does not exist holds none (it is not created).
+    (naive UTC, as nbgrader keeps dates; default: now), each -> the last due date of its
+    students (None when it has none); and those not in the gradebook at all (not assigned,
+    so not open). A SQLite gradebook that does not exist holds none (it is not created).
 
     Raises:
         sqlalchemy.exc.SQLAlchemyError: the gradebook cannot be read.
     """
     url = make_url(db_url)
     if url.drivername.startswith("sqlite") and url.database and not Path(url.database).exists():
-        return {}
+        return {}, list(assignment_ids)
     now = now or _utc_now()
-    found = {}
+    found, absent = {}, []
     with nbgrader.api.Gradebook(db_url) as gb:
         for assignment_id in assignment_ids:
             try:
                 assignment = gb.find_assignment(assignment_id)
             except nbgrader.api.MissingEntry:
+                absent.append(assignment_id)
                 continue
             if assignment.duedate is None:
                 found[assignment_id] = None
@@ -117,7 +118,7 @@ def open_assignments(db_url: str, assignment_ids, now: datetime.datetime | None 
             last = max([assignment.duedate] + [s.duedate for s in assignment.submissions if s.duedate])
             if last > now:
                 found[assignment_id] = last
-    return found
+    return found, absent
 
 
 def release_order(assignment_id: str, db_url: str, force: bool = False,
@@ -133,11 +134,15 @@ def release_order(assignment_id: str, db_url: str, force: bool = False,
     copied = assembled.answers_copied(assignment_id)
     if not copied:
         return None
-    still_open = open_assignments(db_url, copied, now)
+    still_open, absent = open_assignments(db_url, copied, now)
     names = ", ".join(f"{a} ({len(cells)} cell{'s' * (len(cells) > 1)})" for a, cells in copied.items())
     note = f"{assignment_id}: its read-only cells hold the answers of {names}"
     if not still_open:
-        return note + ", all closed in the gradebook"
+        closed = [a for a in copied if a not in absent]
+        return note + ": " + "; ".join(
+            ([f"{', '.join(closed)} closed in the gradebook"] if closed else [])
+            # not assigned in this gradebook: assigned after this release, their answers are out
+            + ([f"{', '.join(absent)} not in the gradebook (assign them before this, not after)"] if absent else []))
     until = "; ".join(f"{a} {'has no due date' if due is None else f'is due {due:%Y-%m-%d %H:%M} UTC'}"
                       for a, due in still_open.items())
     if force:

@@ -230,6 +230,8 @@ def test_release_order_refuses_while_a_copied_assignment_is_open(tmp_path):
         gb.update_or_create_assignment("11_tokenization", duedate=NOW - DAY)
     allowed = release_order("12_gpt", url, now=NOW)
     assert "11_tokenization" in allowed and "closed" in allowed
+    assert "03_masking, 11_tokenization closed" in allowed
+    assert "06_multi_head, 07_encoder not in the gradebook" in allowed  # not assigned: said, not refused
 
     with Gradebook(url) as gb:  # one student may still submit 11: 12 would hand them its answers
         gb.update_or_create_student("kim")
@@ -243,7 +245,7 @@ def test_release_order_with_no_gradebook_yet_allows_and_creates_none(tmp_path):
     from grader.release import release_order
 
     missing = tmp_path / "gradebook.db"
-    assert "closed" in release_order("12_gpt", f"sqlite:///{missing}", now=NOW)
+    assert "not in the gradebook" in release_order("12_gpt", f"sqlite:///{missing}", now=NOW)
     assert not missing.exists()
 
 
