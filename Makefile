@@ -5,13 +5,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # make grade grades the nbgrader course directory COURSE (default: the one nbgrader_config.py
 # names, this folder): its submitted/ as `nbgrader collect` leaves it. STUDENT=id and
-# ASSIGNMENT=id (each a space-separated list) grade only those; EXTENSIONS=csv gives
+# ASSIGNMENT=id (each a space-separated list) grade only those; DUEDATE="ID=DATE ..." sets
+# assignments' due dates in the gradebook (space-separated pairs, e.g.
+# DUEDATE="03_masking=2026-12-01 23:59 UTC 04_softmax=2026-12-08T23:59Z"; an EXTENSIONS
+# row needs its assignment's due date, from here or the gradebook); EXTENSIONS=csv gives
 # per-student due dates, TIMESTAMPS=csv overrides the collected submission times,
 # JOBS=N workers (default: one per core), SCHEDULER=tcp://host:8786 a Dask cluster,
 # DB_URL=postgresql://... the gradebook of a new COURSE; see docs/deploying.md.
 COURSE ?=
 STUDENT ?=
 ASSIGNMENT ?=
+DUEDATE ?=
 EXTENSIONS ?=
 TIMESTAMPS ?=
 JOBS ?=
@@ -24,7 +28,8 @@ NOTEBOOK ?=
 ROSTER ?=
 # Values are quoted for the shell: a URL holds & and ?.
 GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCHEDULER)') \
-	$(if $(DB_URL),--db-url '$(DB_URL)') $(if $(EXTENSIONS),--extensions '$(EXTENSIONS)') \
+	$(if $(DB_URL),--db-url '$(DB_URL)') $(if $(DUEDATE),--duedate '$(DUEDATE)') \
+	$(if $(EXTENSIONS),--extensions '$(EXTENSIONS)') \
 	$(if $(TIMESTAMPS),--timestamps '$(TIMESTAMPS)') $(foreach s,$(STUDENT),--student '$(s)') \
 	$(foreach a,$(ASSIGNMENT),--assignment '$(a)')
 
@@ -101,8 +106,12 @@ bench: $(STAMP)
 tamper-report: $(STAMP)
 	$(BIN)/python bench/tamper_vs_stock.py
 
+# make release refuses while a notebook's read-only helper cells would hand out the answers
+# of an assignment still open in the course's gradebook (docs/deploying.md, "Release
+# order"); FORCE=1 releases anyway.
+FORCE ?=
 release: $(STAMP)
-	$(BIN)/course-grader release
+	$(BIN)/course-grader release $(if $(FORCE),--force)
 
 grade: $(STAMP)
 	$(BIN)/course-grader grade $(if $(COURSE),--course '$(COURSE)') $(GRADE_OPTS)

@@ -21,7 +21,13 @@ c.CourseDirectory.source_directory = "solutions"
 # git-ignored; notebooks/ holds the committed student versions, written by `make release`.
 c.CourseDirectory.release_directory = "release"
 # Student versions end with the check-my-work cells: nbgrader's preprocessors, then ours.
+# First, the release order (grader/release.py): a notebook whose read-only helper cells copy
+# the answers of an assignment still open in the gradebook (no due date, or one or an
+# extension still to come) is refused, with the reason as the log's first error; otherwise
+# the log says which assignments it copies. To release it anyway:
+# nbgrader generate_assignment ID --ReleaseOrder.force=True (or c.ReleaseOrder.force = True).
 c.GenerateAssignment.preprocessors = [
+    "grader.release.ReleaseOrder",
     "nbgrader.preprocessors.IncludeHeaderFooter",
     "nbgrader.preprocessors.InstantiateTests",
     "nbgrader.preprocessors.LockCells",

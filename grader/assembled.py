@@ -303,3 +303,40 @@ def update_sources(root: Path | None = None) -> list[Path]:
             nbformat.write(nb, path)
             written.append(path)
     return written
+
+
+def answers_copied(assignment: str, root: Path | None = None) -> dict[str, list[str]]:
+    """The earlier assignments whose answers ``assignment``'s read-only cells hold, read from
+    ``ASSEMBLIES``: each copied assignment (sorted) -> its solution cells that are copied.
+
+    A piece that is a solution cell (nbgrader's ``solution``) of its notebook in ``root``
+    (default: solutions/) is an answer; a locked helper cell that is copied is not. A piece
+    that is itself an assembled cell brings what that cell copies, so a chain of copies is
+    followed to the answers at its end.
+
+    Raises:
+        FileNotFoundError, KeyError: as ``piece_code``: a piece's notebook or cell is gone.
+    """
+    assemblies = {(a.assignment, a.cell): a for a in ASSEMBLIES}
+    notebooks: dict[str, nbformat.NotebookNode] = {}
+    copied: dict[str, list[str]] = {}
+
+    def visit(assembly: Assembly, seen: frozenset) -> None:
+        for piece in assembly.pieces:
+            key = (piece.assignment, piece.cell)
+            if key in assemblies and key not in seen:
+                visit(assemblies[key], seen | {key})
+                continue
+            if piece.assignment not in notebooks:
+                notebooks[piece.assignment] = nbformat.read(notebook_path(piece.assignment, root), as_version=4)
+            cell = find_cell(notebooks[piece.assignment], piece.cell)
+            if piece.assignment == assignment or not cell.metadata.get("nbgrader", {}).get("solution"):
+                continue
+            cells = copied.setdefault(piece.assignment, [])
+            if piece.cell not in cells:
+                cells.append(piece.cell)
+
+    for assembly in ASSEMBLIES:
+        if assembly.assignment == assignment:
+            visit(assembly, frozenset({(assembly.assignment, assembly.cell)}))
+    return dict(sorted(copied.items()))

@@ -14,7 +14,14 @@ from .names import shown
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="course-grader", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("release", help="regenerate notebooks/ from solutions/ (notebook 09's helper cell first)")
+    release = sub.add_parser("release", help="regenerate notebooks/ from solutions/ (the assembled helper cells "
+                                             "first); refused while a notebook's helper cells would hand out "
+                                             "the answers of an assignment open in the course's gradebook")
+    release.add_argument("--course", type=Path, metavar="DIR",
+                         help="the course directory whose gradebook says which assignments are open (default: "
+                              "the one nbgrader_config.py names)")
+    release.add_argument("--force", action="store_true",
+                         help="release even while an assignment whose answers a notebook copies is open")
     grade = sub.add_parser("grade", help="autograde the course directory's submitted/<student_id>/<assignment_id>/")
     grade.add_argument("--course", type=Path, metavar="DIR",
                        help="the nbgrader course directory (default: the one nbgrader_config.py names, the "
@@ -25,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="grade only this student (repeatable); the other rows stay as they are")
     grade.add_argument("--duedate", action="append", default=[], metavar="ASSIGNMENT=DATE",
                        help='an assignment\'s due date for everyone, kept in the gradebook, e.g. '
-                            '01_similarity="2026-12-01 23:59 UTC" (repeatable)')
+                            '01_similarity="2026-12-01 23:59 UTC" (repeatable; one value may hold several '
+                            'pairs separated by spaces, as make grade DUEDATE="..." passes them)')
     grade.add_argument("--extensions", type=Path, metavar="CSV",
                        help="per-student due dates (student_id,assignment_id,duedate), kept in the gradebook "
                             "as nbgrader's extensions")
@@ -77,17 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         return _report(args.course, args.roster)
     if args.command == "release":
-        from .assembled import update_sources
-        from .release import release
-
-        for path in update_sources():
-            print(f"assembled cells rewritten in {path.relative_to(course.ROOT)}")
-        for path in release(update_sources=False):
-            print(f"released {path.relative_to(course.ROOT)}")
-        return 0
+        return _release(args.course, args.force)
 
     from .coursedir import CourseDir, CourseDirError
-    from .grade import format_table, grade_class, read_extensions, read_timestamps
+    from .grade import format_table, grade_class, parse_duedates, read_extensions, read_timestamps
     from .parallel import EngineUnavailable
 
     # nbgrader 0.9.6 warns on every autograde (SQLAlchemy session, re-inserted cells
@@ -99,9 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course-grader: {shown(message)}", file=sys.stderr)
         return 2
 
-    bad = [d for d in args.duedate if "=" not in d]
-    if bad:
-        return fail(f"--duedate wants ASSIGNMENT=DATE, got {bad[0]!r}")
     if args.duedate and args.student:
         return fail("--duedate sets an assignment's due date for every student: for one student's "
                     "extension, give --extensions CSV (student_id,assignment_id,duedate)")
@@ -111,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         return fail(f"there is no assignment {unknown[0]!r} in this course "
                     f"({', '.join(course.assignments())})")
-    duedates = dict(d.split("=", 1) for d in args.duedate)
     roster = None
     try:
+        duedates = parse_duedates(args.duedate)
         timestamps = read_timestamps(args.timestamps) if args.timestamps else None
         extensions = read_extensions(args.extensions) if args.extensions else None
         if args.roster:
@@ -123,15 +121,45 @@ def main(argv: list[str] | None = None) -> int:
                 roster = set(read_roster(args.roster))
             except BadRoster as error:
                 return fail(str(error))
-        course_dir = CourseDir.open(args.course, args.db_url, args.submitted)
-        rows = grade_class(course_dir, assignments=args.assignment or None, students=args.student or None,
+        rows = grade_class(args.course, assignments=args.assignment or None, students=args.student or None,
                            duedates=duedates, timestamps=timestamps, extensions=extensions, jobs=args.jobs,
-                           scheduler=args.scheduler, roster=roster)
+                           scheduler=args.scheduler, roster=roster, db_url=args.db_url, submitted=args.submitted)
     except (EngineUnavailable, CourseDirError, RuntimeError, FileNotFoundError) as error:
         return fail(str(error))
+    course_dir = CourseDir.open(args.course, create=False)
     print(format_table(rows))
     print(f"\ngrade table: {shown(course_dir.grades_csv)} (the whole gradebook)")
     print(f"feedback:    {shown(course_dir.folder('feedback'))}/<student_id>/<assignment_id>/<notebook>.html")
+    return 0
+
+
+def _release(course_root: Path | None, force: bool) -> int:
+    """``course-grader release``: the release-order check of every notebook against the course
+    directory's gradebook, before anything is written; then the assembled cells and the
+    student notebooks."""
+    from .assembled import update_sources
+    from .coursedir import CourseDir, CourseDirError
+    from .release import ReleaseRefused, release, release_order
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        course_dir = CourseDir.open(course_root, create=False)
+        notes = [release_order(a, course_dir.db_url, force) for a in course.assignments()]
+    except (ReleaseRefused, CourseDirError) as error:
+        print(f"course-grader release: {shown(error)}", file=sys.stderr)
+        return 2
+    except SQLAlchemyError as error:
+        print(f"course-grader release: cannot read the gradebook {course_dir.shown_db_url}, which says which "
+              f"assignments are open: {shown(str(getattr(error, 'orig', None) or error).splitlines()[0])}",
+              file=sys.stderr)
+        return 2
+    for note in filter(None, notes):
+        print(note)
+    for path in update_sources():
+        print(f"assembled cells rewritten in {path.relative_to(course.ROOT)}")
+    for path in release(update_sources=False):
+        print(f"released {path.relative_to(course.ROOT)}")
     return 0
 
 

@@ -15,8 +15,10 @@ root, so formgrader, ``nbgrader autograde``, ``generate_feedback``,
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,10 @@ class CourseDirError(RuntimeError):
     """The course directory cannot be used as asked; the message says what to do."""
 
 
+class CourseBusy(CourseDirError):
+    """Another grader is working in the course directory."""
+
+
 def default_root() -> Path:
     """The course directory nbgrader_config.py names (the repository root unless changed)."""
     return Path(course.load_config().CourseDirectory.root).resolve()
@@ -47,6 +53,43 @@ def _config_text(root: Path, db_url: str | None, submitted: Path | None) -> str:
             f"c.CourseDirectory.source_directory = {str(course.SOLUTIONS)!r}\n"
             + (f"c.CourseDirectory.db_url = {db_url!r}\n" if db_url else "")
             + (f"c.CourseDirectory.submitted_directory = {str(submitted)!r}\n" if submitted else ""))
+
+
+@contextlib.contextmanager
+def undone_if_new(root: Path | str | None = None):
+    """Around a run that may make ``root`` (default: ``default_root()``) a course directory:
+    if the folder was not one (no nbgrader_config.py) and the run raises an Exception, what
+    the run added to it (its nbgrader_config.py, gradebook, release/, ...; the folder itself
+    and its parents if the run made them) is removed, so that the corrected run starts as the
+    first would have (a leftover nbgrader_config.py would pin the failed run's gradebook and
+    submitted folder). A course directory that existed is left as it is: its gradebook and
+    folders are the term's. So is one that another run made meanwhile: a ``CourseDirError``
+    (its configuration is not this run's, or its grader holds it) removes nothing. A
+    gradebook on a database server keeps what the run wrote.
+    """
+    root = Path(root).resolve() if root is not None else default_root()
+    if (root / CONFIG_NAME).is_file():
+        yield
+        return
+    made = root
+    while not made.parent.exists():
+        made = made.parent
+    before = set(os.listdir(root)) if root.is_dir() else None
+    try:
+        yield
+    except CourseDirError:
+        raise
+    except Exception:
+        if before is None:
+            shutil.rmtree(made, ignore_errors=True)
+        else:
+            for name in set(os.listdir(root)) - before:
+                path = root / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+        raise
 
 
 @dataclass

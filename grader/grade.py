@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from . import course
-from .coursedir import CourseDir, Statuses
+from .coursedir import CourseBusy, CourseDir, Statuses, undone_if_new
 from .exchange import read_submission_times
 from .gradetable import Row, export, write_csv  # noqa: F401 - Row and write_csv are part of this API
 from .names import quoted, shown, student_id_problem
@@ -73,6 +73,38 @@ def _utc(text: str, what: str) -> datetime.datetime:
                            '(e.g. "2026-12-01 23:59:00 UTC")') from None
 
 
+def parse_duedates(values: list[str]) -> dict[str, str]:
+    """Due dates as given to ``--duedate`` (and make's DUEDATE): each value holds one or more
+    ASSIGNMENT=DATE pairs, separated by spaces ("03_masking=2026-12-01 23:59 UTC
+    04_softmax=2026-12-08T23:59Z"): a word with "=" starts a pair, the words after it up to
+    the next such word are its date (an assignment id has no space, a date no "=").
+
+    Raises:
+        RuntimeError: a value does not start with ASSIGNMENT=, an assignment is not one of the
+            course's, is given two dates, or a date cannot be read; the message says which.
+    """
+    pairs: list[list[str]] = []
+    for value in values:
+        words = value.split()
+        if not words or "=" not in words[0]:
+            raise RuntimeError(f"--duedate wants ASSIGNMENT=DATE, got {shown(repr(value))}")
+        for word in words:
+            if "=" in word:
+                pairs.append(word.split("=", 1))
+            else:
+                pairs[-1][1] += " " + word
+    duedates: dict[str, str] = {}
+    for assignment, date in pairs:
+        if assignment not in course.assignments():
+            raise RuntimeError(f"--duedate: there is no assignment {quoted(assignment)} in this course "
+                               f"({', '.join(course.assignments())})")
+        _utc(date, f"the due date of {assignment}")
+        if duedates.setdefault(assignment, date) != date:
+            raise RuntimeError(f"--duedate gives {assignment} two due dates ({shown(repr(duedates[assignment]))} "
+                               f"and {shown(repr(date))}): give one")
+    return duedates
+
+
 def _late_penalties(gb: Gradebook, assigner: AssignLatePenalties, assignment_id: str, student_id: str) -> None:
     """Each notebook's late penalty, as nbgrader's AssignLatePenalties computes it (the
     course's plugin and penalty method), from the gradebook's scores, manual grades
@@ -106,13 +138,17 @@ class Grader:
     instructor's override, e.g. from an LMS); a student's own timestamp.txt never.
 
     Raises:
-        RuntimeError: another grader holds this course directory, the gradebook cannot be
-            opened, or a due date or extension cannot be used.
+        grader.coursedir.CourseBusy: another grader holds this course directory.
+        RuntimeError: the gradebook cannot be opened, or a due date or extension cannot be
+            used (an extension needs its assignment's due date).
     """
 
     def __init__(self, course_dir: CourseDir | Path | str | None = None, duedates: dict[str, str] | None = None,
                  timestamps: dict[tuple[str, str], str] | None = None,
                  extensions: dict[tuple[str, str], str] | None = None):
+        # every date is read before anything is written
+        self.duedates = {a: _utc(d, f"the due date of {a}") for a, d in (duedates or {}).items()}
+        self.extensions = {k: _utc(d, f"the extension of {k[0]} on {k[1]}") for k, d in (extensions or {}).items()}
         self.course = course_dir if isinstance(course_dir, CourseDir) else CourseDir.open(course_dir)
         self.db_url = self.course.db_url
         # one grader per course directory: it alone writes the gradebook
@@ -120,11 +156,10 @@ class Grader:
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another grader is already working in {shown(self.course.root)}; "
+            raise CourseBusy(f"another grader is already working in {shown(self.course.root)}; "
                                "wait for it to finish") from None
         _check_gradebook(self.db_url)
-        self.duedates = {a: _utc(d, f"the due date of {a}") for a, d in (duedates or {}).items()}
-        self.extensions = {k: _utc(d, f"the extension of {k[0]} on {k[1]}") for k, d in (extensions or {}).items()}
+        self._check_extensions()
         self.timestamps = {**read_submission_times(self.course.root), **(timestamps or {})}  # yours win
         self.secret = CourseSecret(config=self.course.config).secret()
         self.statuses = Statuses(self.course)
@@ -132,6 +167,28 @@ class Grader:
         self._penalties.init_plugin()
         self._registered: set[str] = set()
         self._max: dict[str, tuple[float, dict[str, float]]] = {}
+
+    def _check_extensions(self) -> None:
+        """Every extension is for an assignment of the course that has a due date, given to
+        this run or in the gradebook: checked before any assignment is generated.
+
+        Raises:
+            RuntimeError: an extension's assignment is unknown or has no due date.
+        """
+        for student, assignment_id in sorted(self.extensions):
+            if assignment_id not in course.assignments():
+                raise RuntimeError(f"an extension for {shown(student)} on {quoted(assignment_id)}, which is not an "
+                                   f"assignment of this course ({', '.join(course.assignments())})")
+            if assignment_id in self.duedates:
+                continue
+            with Gradebook(self.db_url) as gb:
+                try:
+                    due = gb.find_assignment(assignment_id).duedate
+                except MissingEntry:
+                    due = None
+            if due is None:
+                raise RuntimeError(f"an extension for {shown(student)} on {assignment_id}, which has no due date: "
+                                   f"give one (--duedate {assignment_id}=..., make grade DUEDATE=\"{assignment_id}=...\")")
 
     def _register(self, assignment_id: str) -> None:
         """Generate the assignment into the course's release/ and register it in the gradebook,
@@ -148,10 +205,7 @@ class Grader:
 
     @staticmethod
     def _extend(gb: Gradebook, student_id: str, assignment_id: str, duedate: datetime.datetime) -> None:
-        assignment = gb.find_assignment(assignment_id)
-        if assignment.duedate is None:
-            raise RuntimeError(f"an extension for {student_id} on {assignment_id}, which has no due date: "
-                               f"give one (--duedate {assignment_id}=...)")
+        assignment = gb.find_assignment(assignment_id)  # it has a due date (_check_extensions)
         gb.update_or_create_student(student_id)
         submission = gb.update_or_create_submission(assignment_id, student_id)
         submission.extension = duedate - assignment.duedate if duedate > assignment.duedate else None
@@ -416,17 +470,29 @@ def grade_class(course_dir: CourseDir | Path | str | None = None, *, assignments
     Without a roster, ids must follow ``grader.names``' rule. A folder that is not a
     valid student id or assignment is one row for that folder alone (see
     ``submissions``). Running it again after an interruption regrades and ends with
-    the same grades.
+    the same grades. Dates and extensions are checked before anything is written, and a
+    run that fails in a folder that was not a course directory yet leaves it as it was
+    (``grader.coursedir.undone_if_new``).
 
     Raises:
         FileNotFoundError: the course directory has no submitted/ folder.
-        RuntimeError: another grader holds the course directory, or it cannot be used.
+        RuntimeError: another grader holds the course directory, it cannot be used, or a due
+            date or extension cannot be used (an extension needs the assignment's due date).
         grader.parallel.EngineUnavailable: the scheduler cannot be reached.
     """
+    if isinstance(course_dir, CourseDir):
+        return _grade_class(course_dir, assignments, students, progress, duedates, timestamps, extensions, jobs,
+                            scheduler, roster)
+    with undone_if_new(course_dir):  # a failed first run leaves no half-made course directory
+        return _grade_class(CourseDir.open(course_dir, db_url, submitted), assignments, students, progress,
+                            duedates, timestamps, extensions, jobs, scheduler, roster)
+
+
+def _grade_class(course_dir: CourseDir, assignments, students, progress, duedates, timestamps, extensions, jobs,
+                 scheduler, roster) -> list[Row]:
     from .parallel import Unit, run
     from .stage import read_files
 
-    course_dir = course_dir if isinstance(course_dir, CourseDir) else CourseDir.open(course_dir, db_url, submitted)
     class_dir = course_dir.folder("submitted")
     if not class_dir.is_dir():
         raise FileNotFoundError(f"no submissions at {shown(class_dir)}: collect them first "

@@ -7,6 +7,7 @@ committed file.
 """
 from __future__ import annotations
 
+import datetime
 import functools
 import os
 import sys
@@ -20,6 +21,8 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.dbutil import ALEMBIC_DIR
 from nbgrader.preprocessors.base import NbGraderPreprocessor
+from sqlalchemy.engine import make_url
+from traitlets import Bool
 
 from . import assembled, course
 
@@ -53,7 +56,11 @@ def nbgrader_api(config) -> NbGraderAPI:
 
 def generate(release_dir: Path, db_url: str, assignment_ids: list[str] | None = None) -> None:
     """Generate the student version of each assignment into ``release_dir/<id>/``, with
-    the course's generate_assignment preprocessors (nbgrader_config.py).
+    the course's generate_assignment preprocessors (nbgrader_config.py), the release-order
+    check (``ReleaseOrder``) left out: the callers are grading, which registers an
+    assignment that is already out, and ``release``, which checks the course's gradebook
+    itself before (``generate`` registers each assignment without a due date, so it would
+    count as open).
 
     Registers the assignments (cells, points, checksums) in the gradebook at
     ``db_url``, which autograding needs.
@@ -64,12 +71,108 @@ def generate(release_dir: Path, db_url: str, assignment_ids: list[str] | None = 
     config = course.load_config()
     config.CourseDirectory.release_directory = str(release_dir)
     config.CourseDirectory.db_url = db_url
+    config.ReleaseOrder.enabled = False
     api = nbgrader_api(config)
     for assignment_id in assignment_ids or course.assignments():
         result = api.generate_assignment(assignment_id, force=True, create=True)
         if not result["success"]:
             raise RuntimeError(f"nbgrader generate_assignment {assignment_id} failed:\n"
                                f"{result.get('error', '')}\n{result.get('log', '')}")
+
+
+class ReleaseRefused(RuntimeError):
+    """A notebook would hand out the answers of an assignment that is still open; the
+    message says which, until when, and how to release it anyway."""
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)  # the gradebook's naive UTC
+
+
+def open_assignments(db_url: str, assignment_ids, now: datetime.datetime | None = None
+                     ) -> tuple[dict[str, datetime.datetime | None], list[str]]:
+    """Those of ``assignment_ids`` that are open in the gradebook at ``db_url``: in it, and
+    without a due date, or with one (or a student's extension) still to come at ``now``
+    (naive UTC, as nbgrader keeps dates; default: now), each -> the last due date of its
+    students (None when it has none); and those not in the gradebook at all (not assigned,
+    so not open). A SQLite gradebook that does not exist holds none (it is not created).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the gradebook cannot be read.
+    """
+    url = make_url(db_url)
+    if url.drivername.startswith("sqlite") and url.database and not Path(url.database).exists():
+        return {}, list(assignment_ids)
+    now = now or _utc_now()
+    found, absent = {}, []
+    with nbgrader.api.Gradebook(db_url) as gb:
+        for assignment_id in assignment_ids:
+            try:
+                assignment = gb.find_assignment(assignment_id)
+            except nbgrader.api.MissingEntry:
+                absent.append(assignment_id)
+                continue
+            if assignment.duedate is None:
+                found[assignment_id] = None
+                continue
+            last = max([assignment.duedate] + [s.duedate for s in assignment.submissions if s.duedate])
+            if last > now:
+                found[assignment_id] = last
+    return found, absent
+
+
+def release_order(assignment_id: str, db_url: str, force: bool = False,
+                  now: datetime.datetime | None = None) -> str | None:
+    """Whether ``assignment_id`` may be handed out now: its read-only cells copy the answers
+    of the assignments ``grader.assembled.answers_copied`` names, and none of those may be
+    open in the gradebook at ``db_url`` (``open_assignments``). Returns the line that tells
+    the instructor which assignments it copies (None when it copies none).
+
+    Raises:
+        ReleaseRefused: one of them is open and ``force`` is False.
+    """
+    copied = assembled.answers_copied(assignment_id)
+    if not copied:
+        return None
+    still_open, absent = open_assignments(db_url, copied, now)
+    names = ", ".join(f"{a} ({len(cells)} cell{'s' * (len(cells) > 1)})" for a, cells in copied.items())
+    note = f"{assignment_id}: its read-only cells hold the answers of {names}"
+    if not still_open:
+        closed = [a for a in copied if a not in absent]
+        return note + ": " + "; ".join(
+            ([f"{', '.join(closed)} closed in the gradebook"] if closed else [])
+            # not assigned in this gradebook: assigned after this release, their answers are out
+            + ([f"{', '.join(absent)} not in the gradebook (assign them before this, not after)"] if absent else []))
+    until = "; ".join(f"{a} {'has no due date' if due is None else f'is due {due:%Y-%m-%d %H:%M} UTC'}"
+                      for a, due in still_open.items())
+    if force:
+        return f"{note}: forced, while {until}"
+    raise ReleaseRefused(f"not releasing {assignment_id}: its read-only cells hold the answers of "
+                         f"{', '.join(still_open)}, still open in the gradebook ({until}); release it once "
+                         "they are closed (past their due dates and students' extensions), or force it "
+                         "(course-grader release --force, nbgrader generate_assignment --ReleaseOrder.force=True)")
+
+
+class ReleaseOrder(NbGraderPreprocessor):
+    """Refuse to generate a notebook whose read-only cells hand out the answers of an
+    assignment still open in the course's gradebook (``release_order``): the first of
+    ``nbgrader generate_assignment``'s preprocessors (nbgrader_config.py), so formgrader's
+    Generate button refuses too, with the reason as the first line of its log. Otherwise it
+    logs which earlier assignments the notebook copies."""
+
+    force = Bool(False, help="Generate even while an assignment whose answers the notebook's "
+                             "read-only cells copy is open.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        try:
+            note = release_order(info["assignment"], info["db_url"], self.force)
+        except ReleaseRefused as refused:
+            self.log.error("%s", refused)
+            raise
+        if note:
+            self.log.warning("%s", note)
+        return nb, resources
 
 
 CHECK_MARKDOWN = ("## Check my work\n\n"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import datetime
 import re
 
 import nbformat
@@ -37,14 +38,17 @@ def test_notebooks_equal_a_fresh_release(released):
 
 
 def test_nbgrader_s_generate_assignment_ends_with_the_check_cells():
-    """nbgrader_config.py keeps nbgrader's own preprocessors and appends AddCheckCells, so
-    `nbgrader generate_assignment` (into release/) writes what `make release` writes."""
+    """nbgrader_config.py keeps nbgrader's own preprocessors, after the release-order check
+    (which writes nothing), and appends AddCheckCells, so `nbgrader generate_assignment`
+    (into release/) writes what `make release` writes."""
     from nbgrader.converters import GenerateAssignment
     from traitlets.utils.importstring import import_item
 
+    from grader.release import ReleaseOrder
+
     configured = course.load_config().GenerateAssignment.preprocessors
     assert [import_item(p) for p in configured] == (
-        GenerateAssignment.class_traits()["preprocessors"].default() + [AddCheckCells])
+        [ReleaseOrder] + GenerateAssignment.class_traits()["preprocessors"].default() + [AddCheckCells])
     assert course.load_config().CourseDirectory.release_directory == "release"
 
 
@@ -143,3 +147,161 @@ def test_new_gradebooks_get_nbgrader_s_alembic_revision(tmp_path):
         pass
     with create_engine(url).connect() as db:
         assert db.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == heads
+
+
+# ---------------------------------------------------------------------------- release order
+
+NOW = datetime.datetime(2026, 12, 1, 12, 0)  # the gradebook's naive UTC; no test reads the clock
+DAY = datetime.timedelta(days=1)
+
+
+def _gradebook(path: Path, duedates: dict) -> str:
+    """A SQLite gradebook at ``path`` holding ``duedates`` (assignment id -> due date or None)."""
+    from nbgrader.api import Gradebook
+
+    import grader.release  # noqa: F401 - answers nbgrader's alembic question in process
+
+    url = f"sqlite:///{path}"
+    with Gradebook(url) as gb:
+        for assignment_id, due in duedates.items():
+            gb.update_or_create_assignment(assignment_id, duedate=due)
+    return url
+
+
+def _student_notebook_code(assignment: str) -> str:
+    return "\n".join(c.source for c in _cells(course.NOTEBOOKS / assignment / f"{assignment}.ipynb"))
+
+
+def test_answers_copied_are_the_solutions_a_student_notebook_holds_verbatim():
+    """Independently of grader/assembled.py's bookkeeping: every top-level definition of every
+    solution cell is looked for, verbatim, in every other assignment's student notebook; the
+    assignments found are exactly what answers_copied names (12 holds 11's answers, 13 12's
+    Block; 14 copies 06's given helper, which is no answer)."""
+    from grader.assembled import answers_copied, defined_names, definitions, without_markers
+
+    definitions_of = {}  # (assignment, solution cell) -> its top-level definitions' code
+    for assignment in course.assignments():
+        for cell in _cells(course.SOLUTIONS / assignment / f"{assignment}.ipynb"):
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("solution") and cell.cell_type == "code":
+                code = without_markers(cell.source)
+                definitions_of[(assignment, meta["grade_id"])] = [definitions(code, (n,)) for n in defined_names(code)]
+    for assignment in course.assignments():
+        student = _student_notebook_code(assignment)
+        found = {}
+        for (source, cell), parts in definitions_of.items():
+            if source != assignment and any(part in student for part in parts):
+                found.setdefault(source, []).append(cell)
+        copied = answers_copied(assignment)
+        assert {a: sorted(c) for a, c in copied.items()} == {a: sorted(c) for a, c in found.items()}, assignment
+    assert "tokenization-helpers" not in answers_copied("12_gpt")["11_tokenization"]  # locked, given code
+    assert answers_copied("13_rope")["12_gpt"] == ["gpt-Block"]
+    assert answers_copied("14_efficient_attention") == {"04_softmax": ["softmax-stable_softmax"]}
+
+
+def test_a_copy_of_an_assembled_cell_brings_the_answers_it_holds(monkeypatch):
+    """A helper cell that copies another notebook's helper cell, itself assembled, hands out
+    what that one holds: the chain is followed to the answers."""
+    from grader import assembled
+
+    chained = assembled.Assembly("14_efficient_attention", "efficient_attention-helpers", "",
+                                 (assembled.Piece("12_gpt", "gpt-model-helpers"),))
+    monkeypatch.setattr(assembled, "ASSEMBLIES", (*assembled.ASSEMBLIES[:-1], chained))
+    assert set(assembled.answers_copied("14_efficient_attention")) == {"03_masking", "06_multi_head", "07_encoder"}
+
+
+def test_release_order_refuses_while_a_copied_assignment_is_open(tmp_path):
+    """Open = in the gradebook with no due date, or with one (or a student's extension) to come."""
+    from nbgrader.api import Gradebook
+
+    from grader.release import ReleaseRefused, release_order
+
+    url = _gradebook(tmp_path / "gradebook.db", {"03_masking": NOW - 7 * DAY, "11_tokenization": None})
+    with pytest.raises(ReleaseRefused) as refused:
+        release_order("12_gpt", url, now=NOW)
+    message = str(refused.value)
+    assert "\n" not in message and "11_tokenization has no due date" in message and "--force" in message
+    assert "03_masking" not in message.split("still open")[0].split("answers of")[1]  # closed: not the reason
+    forced = release_order("12_gpt", url, force=True, now=NOW)
+    assert "forced" in forced and "11_tokenization" in forced
+    assert release_order("01_similarity", url, now=NOW) is None  # copies nothing
+
+    with Gradebook(url) as gb:
+        gb.update_or_create_assignment("11_tokenization", duedate=NOW - DAY)
+    allowed = release_order("12_gpt", url, now=NOW)
+    assert "11_tokenization" in allowed and "closed" in allowed
+    assert "03_masking, 11_tokenization closed" in allowed
+    assert "06_multi_head, 07_encoder not in the gradebook" in allowed  # not assigned: said, not refused
+
+    with Gradebook(url) as gb:  # one student may still submit 11: 12 would hand them its answers
+        gb.update_or_create_student("kim")
+        gb.update_or_create_submission("11_tokenization", "kim").extension = 2 * DAY
+        gb.db.commit()
+    with pytest.raises(ReleaseRefused, match="11_tokenization is due 2026-12-02 12:00 UTC"):
+        release_order("12_gpt", url, now=NOW)
+
+
+def test_release_order_with_no_gradebook_yet_allows_and_creates_none(tmp_path):
+    from grader.release import release_order
+
+    missing = tmp_path / "gradebook.db"
+    assert "not in the gradebook" in release_order("12_gpt", f"sqlite:///{missing}", now=NOW)
+    assert not missing.exists()
+
+
+def _course_with_gradebook(root: Path, duedates: dict) -> Path:
+    from grader.coursedir import CourseDir
+
+    CourseDir.open(root)
+    _gradebook(root / "gradebook.db", duedates)
+    return root
+
+
+def test_course_grader_release_refuses_before_writing_then_force_then_after_the_due_date(tmp_path, monkeypatch,
+                                                                                       capsys):
+    from nbgrader.api import Gradebook
+
+    from grader import assembled, cli, release
+
+    written = []
+    monkeypatch.setattr(assembled, "update_sources", lambda: written.append("sources") or [])
+    monkeypatch.setattr(release, "release", lambda **kw: written.append("notebooks") or [])
+    root = _course_with_gradebook(tmp_path / "course", {"11_tokenization": None})
+
+    assert cli.main(["release", "--course", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not releasing 12_gpt" in err and "11_tokenization" in err, err
+    assert written == []
+
+    assert cli.main(["release", "--course", str(root), "--force"]) == 0
+    out = capsys.readouterr().out
+    assert "12_gpt: its read-only cells hold the answers of" in out and "forced" in out
+    assert written == ["sources", "notebooks"]
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment("11_tokenization", duedate=datetime.datetime(2020, 1, 1))
+    assert cli.main(["release", "--course", str(root)]) == 0
+    assert "forced" not in capsys.readouterr().out and written == ["sources", "notebooks"] * 2
+
+
+@pytest.mark.slow
+def test_nbgrader_generate_assignment_refuses_then_forced(tmp_path):
+    """What formgrader's Generate button runs (NbGraderAPI.generate_assignment, with the course
+    directory's configuration): refused with the reason as the log's first error and nothing
+    written to release/; with --ReleaseOrder.force=True generated, the copied assignments named."""
+    from grader.coursedir import CourseDir
+    from grader.release import nbgrader_api
+
+    root = _course_with_gradebook(tmp_path / "course", {"11_tokenization": None})
+    config = CourseDir.open(root).config
+    refused = nbgrader_api(config).generate_assignment("12_gpt")
+    assert not refused["success"]
+    first_error = next(line for line in refused["log"].splitlines() if "[ERROR]" in line)
+    assert "not releasing 12_gpt" in first_error and "11_tokenization" in first_error, refused["log"]
+    assert not (root / "release" / "12_gpt" / "12_gpt.ipynb").exists()
+
+    config.ReleaseOrder.force = True
+    forced = nbgrader_api(config).generate_assignment("12_gpt")
+    assert forced["success"], forced.get("log")
+    assert "12_gpt: its read-only cells hold the answers of" in forced["log"] and "forced" in forced["log"]
+    assert (root / "release" / "12_gpt" / "12_gpt.ipynb").is_file()
