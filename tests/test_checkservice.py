@@ -17,8 +17,10 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import nbformat
@@ -26,6 +28,7 @@ import psutil
 import pytest
 import requests
 
+from coursekit.check import _check_on_service
 from grader import course
 from grader.checkservice import MAX_BODY_BYTES
 from hub.launch import free_port
@@ -401,3 +404,49 @@ def test_a_daily_quota(stub):
     assert service.post("bob").json()["text"] == "checked for bob"
     assert service.started() == ["ann", "ann", "bob"]
 
+
+class _LineService(ThreadingHTTPServer):
+    """Answers a check as the service does for a student who waits: the given JSON lines,
+    one by one; remembers the request's Accept header."""
+
+    def __init__(self, lines: list[dict]):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                outer.accept = self.headers.get("Accept")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.end_headers()
+                for line in lines:
+                    self.wfile.write(json.dumps(line).encode() + b"\n")
+                    self.wfile.flush()
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_port}/services/{SERVICE}/"
+
+
+@pytest.mark.parametrize("last, printed", [
+    ({"assignment": A, "score": 1, "max_score": 1, "text": "Checked 01_similarity.ipynb\nScore: 1/1"},
+     ["Checked 01_similarity.ipynb", "Score: 1/1"]),
+    ({"error": "the checker failed: tell your instructor"}, ["check my work: the checker failed: tell your instructor"]),
+])
+def test_the_cell_prints_its_place_in_line(tmp_path, capsys, monkeypatch, last, printed):
+    notebook = tmp_path / f"{A}.ipynb"
+    notebook.write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    service = _LineService([{"queue": {"position": 3, "seconds": 45}}, {"queue": {"position": 2, "seconds": 150}},
+                            {"queue": {"position": 1, "seconds": 15}}, last])
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "a-token")
+    try:
+        _check_on_service(service.url, notebook)
+    finally:
+        service.shutdown()
+    assert service.accept == "application/x-ndjson"
+    wait = "check my work: the checkers are busy: you are {} in line, about {} before yours starts"
+    assert capsys.readouterr().out.splitlines() == [
+        wait.format("3rd", "45 s"), wait.format("2nd", "2 min"), wait.format("1st", "15 s"), *printed]
