@@ -171,28 +171,31 @@ def test_an_oversized_notebook_is_refused_unread(hub):
     assert response.status_code == 413 and "larger than 20 MB" in response.json()["error"], response.text
 
 
-def test_checks_at_once_one_per_student_a_hostile_one_stopped(hub):
-    """ann sends her right notebook twice at once; bob an endless loop; cat chloe's notebook
-    with mistakes while ann's and bob's hold both slots. ann's second gets 429; cat is told
-    she is 1st in line (through the hub's proxy, line by line) and is graded when ann's
-    check ends; bob's ends at the limit in one line; each gets their own result."""
+def test_checks_at_once_one_per_student_a_hostile_one_stopped(hub, tmp_path, capsys, monkeypatch):
+    """ann sends her right notebook twice at once; bob an endless loop; cat, from the
+    check cell's own client, chloe's notebook with mistakes while ann's and bob's hold both
+    slots. ann's second gets 429; cat's cell prints that she is 1st in line (the lines come
+    through the hub's proxy) and her result when ann's check has ended; bob's ends at the
+    limit in one line; each gets their own result."""
     tokens = {user: hub.token(user, SERVER_SCOPES) for user in ("ann", "bob", "cat")}
     solution = _body(course.SOLUTIONS / A / f"{A}.ipynb")
-    chloe = _body(course.SAMPLE_CLASS / "chloe" / A / f"{A}.ipynb", name="my copy.ipynb")
+    mine = tmp_path / "my copy.ipynb"
+    mine.write_bytes((course.SAMPLE_CLASS / "chloe" / A / f"{A}.ipynb").read_bytes())
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", tokens["cat"])
     started = hub.log.read_text().count("started a check for")
     with ThreadPoolExecutor(4) as pool:
         ann = [pool.submit(hub.check, tokens["ann"], solution) for _ in range(2)]
         bob = pool.submit(hub.check, tokens["bob"], _body(_hostile()))
         _wait_for("ann's and bob's checks started",
                   lambda: hub.log.read_text().count("started a check for") == started + 2, hub.proc, hub.log)
-        cat = hub.check(tokens["cat"], chloe, lines=True)
-        cat_lines = [json.loads(line) for line in cat.iter_lines() if line.strip()]
+        _check_on_service(f"{hub.url}/services/{SERVICE}/", mine)
         ann_results = sorted((f.result() for f in ann), key=lambda r: r.status_code)
         bob_result = bob.result()
-    assert cat.status_code == 200 and cat_lines[0]["queue"]["position"] == 1 and cat_lines[0]["queue"]["seconds"] > 0, \
-        cat_lines
-    assert {line["queue"]["position"] for line in cat_lines[:-1]} == {1}, cat_lines
-    cat_result = cat_lines[-1]
+    printed = capsys.readouterr().out.splitlines()
+    waits = [line for line in printed if line.startswith("check my work: the checkers are busy: ")]
+    assert waits and all(" you are 1st in line, about " in line for line in waits), printed
+    assert printed[:len(waits)] == waits, printed
+    cat_text = "\n".join(printed[len(waits):])
     assert [r.status_code for r in ann_results] == [200, 429], [r.text for r in ann_results]
     graded, second = (r.json() for r in ann_results)
     assert "wait for it to finish" in second["error"]
@@ -204,10 +207,10 @@ def test_checks_at_once_one_per_student_a_hostile_one_stopped(hub):
     line = bob_result.json()["text"]
     assert "\n" not in line and f"longer than {SECONDS} s" in line, line
 
-    cat = cat_result
     expected = expected_grades()[("chloe", A)]
-    assert cat["score"] == expected["score"] and cat["text"].startswith("Checked my copy.ipynb"), cat
-    assert "softmax over the key axis" in cat["text"] and "softmax over the key axis" not in graded["text"]
+    assert cat_text.startswith("Checked my copy.ipynb") and f"Score: {expected['score']:g}/{top:g}" in cat_text, \
+        cat_text
+    assert "softmax over the key axis" in cat_text and "softmax over the key axis" not in graded["text"]
     assert "my copy" not in graded["text"] + line
     log = hub.log.read_text()
     assert "checked 01_similarity.ipynb for ann" in log and "checked my copy.ipynb for cat" in log, log
