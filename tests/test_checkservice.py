@@ -358,7 +358,8 @@ def test_leaving_the_line_frees_the_place(stub):
 def test_uploads_go_to_disk_and_memory_returns_after_a_flood(stub):
     """Eight students each hold a 12 MB upload open (all but its last byte sent) while the
     one checker is busy: the bodies are on disk, the service's memory grows by less than one
-    upload, and when they hang up their files go and its memory stays where it was."""
+    upload, and when they hang up their files go and its memory stays where it was. A body
+    sent without a Content-Length is refused (413) once it passes the limit."""
     service = stub(slots=1)
     server = psutil.Process(service.proc.pid)
     size, chunk = 12 * 2**20, b"x" * 2**20
@@ -391,6 +392,11 @@ def test_uploads_go_to_disk_and_memory_returns_after_a_flood(stub):
         first = next(retry_lines)
         assert first.get("queue", {}).get("position") == 1, first
         retry.close()
+        # a body without a Content-Length is refused once it passes the limit, and its file goes
+        over = requests.post(service.url, data=(chunk for _ in range(MAX_BODY_BYTES // len(chunk) + 2)),
+                             headers={"Authorization": "token flood1"}, timeout=60)
+        assert over.status_code == 413 and "larger than 20 MB" in over.json()["error"], over.text
+        _until(lambda: len(service.checks_on_disk()) == 1, "the oversized upload's folder removed", service.proc)
         service.go(1)
         assert busy.result().status_code == 200
 
