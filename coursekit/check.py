@@ -149,6 +149,14 @@ def find_notebook(notebook: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+def _in_line(queue: dict) -> str:
+    """The line for the service's ``{"position": 3, "seconds": 40}``: where this check waits."""
+    position, seconds = int(queue.get("position", 0)), max(0, round(queue.get("seconds", 0)))
+    suffix = "th" if position % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(position % 10, "th")
+    wait = f"{seconds} s" if seconds < 120 else f"{round(seconds / 60)} min"
+    return f"check my work: the checkers are busy: you are {position}{suffix} in line, about {wait} before yours starts"
+
+
 def _check_on_service(url: str, path: Path) -> None:
     try:
         body = json.dumps({"name": path.name, "notebook": json.loads(path.read_text(encoding="utf-8"))})
@@ -156,12 +164,19 @@ def _check_on_service(url: str, path: Path) -> None:
         print(f"check my work: cannot read {path.name} as a notebook ({error}): save it again (Ctrl-S)")
         return
     token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    # x-ndjson: while it waits for a free checker the service sends its place in line, one JSON line at a time
     request = urllib.request.Request(url.rstrip("/") + "/check", data=body.encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "application/json",
+                                     headers={"Content-Type": "application/json", "Accept": "application/x-ndjson",
                                               "Authorization": f"token {token}"})
+    answer = None
     try:
         with urllib.request.urlopen(request, timeout=_CHECK_TIMEOUT) as response:
-            answer = json.load(response)
+            for line in response:
+                if not line.strip():
+                    continue
+                answer = json.loads(line)
+                if isinstance(answer, dict) and isinstance(answer.get("queue"), dict):
+                    print(_in_line(answer["queue"]), flush=True)
     except urllib.error.HTTPError as error:
         try:
             line = json.load(error).get("error") or f"HTTP {error.code}"
@@ -173,7 +188,12 @@ def _check_on_service(url: str, path: Path) -> None:
         print(f"check my work: the check service did not answer ({error}): try again in a minute, or ask "
               "your instructor")
         return
-    print(answer.get("text", answer) if isinstance(answer, dict) else answer)
+    if isinstance(answer, dict) and "error" in answer:
+        print(f"check my work: {answer['error']}")
+    elif isinstance(answer, dict) and "text" in answer:
+        print(answer["text"])
+    else:
+        print("check my work: the check service's answer ended early: try again in a minute, or ask your instructor")
 
 
 def _check_here(path: Path) -> None:

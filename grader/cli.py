@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--slots", type=int, metavar="N", help="checks run at once (default: the number of cores)")
     serve.add_argument("--seconds", type=float, metavar="S", default=None,
                        help="a check that takes longer is stopped, with one line to the student (default: 180)")
+    serve.add_argument("--daily", type=int, metavar="N", default=0,
+                       help="checks each student may start per day (default: no limit)")
     where = sub.add_parser("where", help="list every part of one exercise: solution, tests, figures, check, "
                                          "reference, mistakes, driver, test cases, grade-table column")
     where.add_argument("exercise", metavar="ID", help="an exercise id, e.g. masking-causal_mask")
@@ -76,10 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve-checks":
         from .checkservice import DEFAULT_SECONDS, serve
 
-        if (args.slots is not None and args.slots < 1) or (args.seconds is not None and args.seconds <= 0):
-            print("course-grader serve-checks: --slots and --seconds must be positive", file=sys.stderr)
+        if (args.slots is not None and args.slots < 1) or (args.seconds is not None and args.seconds <= 0) \
+                or args.daily < 0:
+            print("course-grader serve-checks: --slots and --seconds must be positive, --daily 0 (no limit) "
+                  "or more", file=sys.stderr)
             return 2
-        return serve(args.slots, args.seconds or DEFAULT_SECONDS)
+        return serve(args.slots, args.seconds or DEFAULT_SECONDS, args.daily)
     if args.command == "where":
         return _where(args.exercise)
     if args.command == "report":
