@@ -151,3 +151,7 @@ c.ExportApp.plugin_class = "grader.gradetable.GradeTable"
 # its timestamp.txt and to submission_times.csv in the course root; links and special
 # files are never copied.
 c.ExchangeFactory.collect = "grader.exchange.TrustedCollect"
+# `nbgrader release_feedback` and formgrader's Release Feedback button release each
+# notebook's feedback under the name the student submitted it as (a renamed notebook is
+# graded as the released one), which is the name the student's fetch_feedback looks for.
+c.ExchangeFactory.release_feedback = "grader.exchange.ReleaseFeedbackAsSubmitted"
