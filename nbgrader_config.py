@@ -147,6 +147,13 @@ c.HTMLExporter.extra_template_basedirs = [
     os.path.join(os.path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
 ]
 
+# formgrader's Autograde button runs course-grader grade for its row, as a grading run
+# grades it (a renamed notebook, a copied cell, the trusted time), and never deletes a
+# graded copy (grader/formgrading.py); nothing changes where formgrader is not running.
+from grader.formgrading import install as _formgrader_autogrades_with_course_grader  # noqa: E402
+
+_formgrader_autogrades_with_course_grader()
+
 # `nbgrader export` writes grades.csv, the whole gradebook with each row's status, as
 # course-grader grade does after every run (grader/gradetable.py).
 c.ExportApp.plugin_class = "grader.gradetable.GradeTable"
@@ -157,3 +164,7 @@ c.ExportApp.plugin_class = "grader.gradetable.GradeTable"
 # its timestamp.txt and to submission_times.csv in the course root; links and special
 # files are never copied.
 c.ExchangeFactory.collect = "grader.exchange.TrustedCollect"
+# `nbgrader release_feedback` and formgrader's Release Feedback button release each
+# notebook's feedback under the name the student submitted it as (a renamed notebook is
+# graded as the released one), which is the name the student's fetch_feedback looks for.
+c.ExchangeFactory.release_feedback = "grader.exchange.ReleaseFeedbackAsSubmitted"

@@ -1,4 +1,5 @@
-"""nbgrader's exchange "collect", trusting nothing that the student's process wrote.
+"""nbgrader's exchange "collect", trusting nothing that the student's process wrote; and its
+"release_feedback", under the names the students submitted.
 
 Plugged in through nbgrader's own extension point, so that ``nbgrader collect`` and
 formgrader's Collect button both use it::
@@ -51,12 +52,18 @@ is copied as the instructor). ``TrustedCollect`` instead:
 5. ``--update`` as stock: a collected submission is replaced when the trusted time is
    newer than the one recorded in submission_times.csv (a folder collected without a
    recorded time, e.g. by stock collect, is replaced). Collecting again changes nothing.
+
+Feedback: ``ReleaseFeedbackAsSubmitted`` (``c.ExchangeFactory.release_feedback``) releases
+each notebook's feedback under the name the student submitted it as, which grading
+recorded beside it, so that nbgrader's fetch_feedback finds a renamed notebook's feedback.
 """
 from __future__ import annotations
 
 import csv
 import fcntl
 import fnmatch
+import glob
+import json
 import os
 import pwd
 import re
@@ -69,12 +76,13 @@ from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
-from nbgrader.utils import check_mode, parse_utc
+from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback
+from nbgrader.utils import check_mode, notebook_hash, parse_utc
 from traitlets import Bool
 
 from . import release  # noqa: F401 - a new gradebook's alembic revision, answered in process (see there)
 from .names import csv_row, quoted, shown, student_id_problem
-from .stage import MAX_ENTRIES, MAX_LISTED, BadSubmission, read_files, write_files
+from .stage import MAX_ENTRIES, MAX_LISTED, SUBMITTED_NAMES, BadSubmission, read_files, write_files
 
 TIMES_FILE = "submission_times.csv"
 COLUMNS = ("student_id", "assignment_id", "timestamp")
@@ -452,3 +460,60 @@ class TrustedCollect(ExchangeCollect):
             for path in folder.iterdir():
                 os.chmod(path, stat.S_IMODE(path.stat().st_mode) | 0o660)
         return notes
+
+
+def submitted_stem(feedback_dir: Path, notebook: str) -> str:
+    """The name (without ``.ipynb``) under which the student submitted the notebook whose
+    feedback is ``feedback_dir/<notebook>.html``: what grading recorded beside it
+    (``grader.stage.SUBMITTED_NAMES``), else ``notebook`` itself (feedback graded before
+    names were recorded, or a record that cannot be read)."""
+    try:
+        names = json.loads((feedback_dir / SUBMITTED_NAMES).read_text(encoding="utf-8"))
+        name = names[notebook]
+    except (OSError, ValueError, KeyError, TypeError):
+        return notebook
+    if not isinstance(name, str) or not name.endswith(".ipynb") or "/" in name or name == ".ipynb":
+        return notebook
+    return name[: -len(".ipynb")]
+
+
+class ReleaseFeedbackAsSubmitted(ExchangeReleaseFeedback):
+    """``nbgrader release_feedback`` (and formgrader's Release Feedback button) that releases
+    each notebook's feedback under the name the student submitted it as::
+
+        c.ExchangeFactory.release_feedback = "grader.exchange.ReleaseFeedbackAsSubmitted"
+
+    nbgrader's fetch_feedback, on the student's side, looks for the hash of the submission's
+    secret and the name of each notebook in the student's own copy of the submission; a
+    notebook the student renamed ("my masking (final).ipynb") is graded as the released one
+    (``grader.stage``), so stock release_feedback, which hashes the graded name, releases a
+    file the student's fetch never finds. Everything else is stock: the same files, the
+    same secret and timestamp, the same log lines."""
+
+    def copy_files(self):
+        exclude = set(self.coursedir.student_id_exclude.split(",")) if self.coursedir.student_id_exclude else set()
+        pattern = re.compile(re.escape(os.path.sep).join([
+            self.coursedir.format_path(self.coursedir.feedback_directory, "(?P<student_id>.*)",
+                                       self.coursedir.assignment_id, escape=True),
+            r"(?P<notebook_id>.*)\.html"]))
+        for html_file in sorted(glob.glob(os.path.join(self.src_path, "*.html"))):
+            match = pattern.fullmatch(html_file)
+            if match is None:
+                self.log.error("Could not match '%s' with regexp '%s'", html_file, pattern.pattern)
+                continue
+            student_id, notebook_id = match["student_id"], match["notebook_id"]
+            if student_id in exclude:
+                self.log.debug("Skipping student '%s'", student_id)
+                continue
+            feedback_dir = Path(html_file).parent
+            timestamp = (feedback_dir / "timestamp.txt").read_text()
+            secret = (feedback_dir / SECRET_FILE).read_text()
+            submitted = submitted_stem(feedback_dir, notebook_id)
+            checksum = notebook_hash(secret=secret, notebook_id=submitted)
+            self.log.info("Releasing feedback for student '%s' on assignment '%s/%s/%s' (%s)%s", student_id,
+                          self.coursedir.course_id, self.coursedir.assignment_id, notebook_id, timestamp,
+                          "" if submitted == notebook_id else f", submitted as {quoted(submitted + '.ipynb')}")
+            temp = os.path.join(self.dest_path, f"{checksum}-tmp.html")
+            shutil.copy(html_file, temp)
+            shutil.move(temp, os.path.join(self.dest_path, f"{checksum}.html"))  # replaced whole: fetch sees one
+            self.log.info("Feedback released to: %s", os.path.join(self.dest_path, f"{checksum}.html"))

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
 
+from coursekit.naming import naming_note
+
 from . import course, sandbox, tutor
 from .unit import Settings, course_version, grade_submission
 
@@ -77,16 +79,18 @@ class Checked:
     score: float
     max_score: float
     comments: list[tutor.Comment]
+    naming: str | None = None  # coursekit.naming.naming_note: the file is not named as released
 
     @property
     def graded(self) -> bool:
         return self.status.startswith("graded")
 
     def text(self, path: Path) -> str:
-        """What the learner reads."""
+        """What the learner reads; the naming note, when there is one, right under the first line."""
+        naming = f"Note: {self.naming}\n" if self.naming else ""
         if not self.graded:
-            return f"{path.name}: {self.status}"
-        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n"
+            return f"{path.name}: {self.status}\n{naming}".rstrip("\n")
+        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{naming}"
         note = "" if self.status == "graded" else f"({self.status.removeprefix('graded: ')})\n"
         return head + note + "\n" + tutor.as_text(self.comments, self.score, self.max_score)
 
@@ -143,4 +147,15 @@ def check_notebook(path: Path, student: str = STUDENT) -> Checked:
             result = grade_submission(folder, student, assignment_id, Settings(secret, course_version=course_version()))
     found = tutor.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
     return Checked(assignment_id, result["status"], sum(result["points"].values()),
-                   sum(result["max_points"].values()), found)
+                   sum(result["max_points"].values()), found, naming_note(path.name, names, _notebooks_beside(path)))
+
+
+def _notebooks_beside(path: Path) -> list[str]:
+    """The notebook files of ``path``'s folder as grading would see them: top-level
+    ``.ipynb`` names, not hidden, not folders (``coursekit.naming``)."""
+    try:
+        with os.scandir(path.parent) as listing:
+            return [e.name for e in listing if e.name.endswith(".ipynb") and not e.name.startswith(".")
+                    and not e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return [path.name]

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import nbformat
 
+from coursekit.naming import graded_as
+
 from . import course
 from .names import name_problem, quoted, shown
 
@@ -57,6 +59,9 @@ MAX_ENTRIES = 100_000  # entries of a submitted folder: more is not graded
 MAX_CELLS = 2000
 MAX_LISTED = 5  # names a note lists before "and N more"
 PROBLEM = "/"  # read_files' key for a folder that cannot be read: no file can have this name
+# Beside a graded submission's autograded and feedback notebooks: {notebook: the file name the
+# student submitted}, by which its feedback is released (grader.exchange.ReleaseFeedbackAsSubmitted).
+SUBMITTED_NAMES = "submitted_names.json"
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -388,20 +393,20 @@ def _plan(entries: list[_Entry], notebooks: list[str]) -> _Plan:
     Raises:
         BadSubmission: a notebook is missing, refused, empty or too big.
     """
-    by_name = {e.name: e for e in entries}
+    candidates = {e.name: e for e in entries if e.name.endswith(".ipynb") and not e.name.startswith(".")
+                  and e.kind != "dir"}
+    graded = graded_as(notebooks, sorted(candidates))
     chosen, notes = {}, []
     for notebook in notebooks:
-        found = by_name.get(f"{notebook}.ipynb")
-        if found is None or found.kind == "dir":
-            candidates = sorted((e for e in entries if e.name.endswith(".ipynb") and not e.name.startswith(".")
-                                 and e.kind != "dir"), key=lambda e: e.name)
-            if len(candidates) != 1 or len(notebooks) != 1:
-                names = ", ".join(shown(e.name) for e in candidates[:10]) or "no notebook"
-                if len(candidates) > 10:
-                    names += f" and {len(candidates) - 10} more"
-                raise BadSubmission(f"'{shown(notebook)}.ipynb' is missing (found {names}): "
-                                    "submit the notebook under its original name")
-            found = candidates[0]
+        if notebook not in graded:
+            listed = sorted(candidates)
+            names = ", ".join(shown(n) for n in listed[:10]) or "no notebook"
+            if len(listed) > 10:
+                names += f" and {len(listed) - 10} more"
+            raise BadSubmission(f"'{shown(notebook)}.ipynb' is missing (found {names}): "
+                                "submit the notebook under its original name")
+        found = candidates[graded[notebook]]
+        if found.name != f"{notebook}.ipynb":
             notes.append(f"graded {quoted(found.name)} as '{notebook}.ipynb' (renamed)")
         refused = _refused_notebook(found, notebook)
         if refused:
@@ -445,7 +450,8 @@ def _left_notes(left: dict[str, list[_Entry]]) -> list[str]:
     return [_LEFT[k].format(n=len(v), names=_listed(v)) for k, v in left.items() if v]
 
 
-def stage(source: Path | dict, dest: Path, notebooks: list[str], timestamp: str | None) -> str:
+def stage(source: Path | dict, dest: Path, notebooks: list[str], timestamp: str | None,
+          submitted_as: dict[str, str] | None = None) -> str:
     """Copy one submission into the workspace; return a note on what was fixed up or left out.
 
     Args:
@@ -455,6 +461,8 @@ def stage(source: Path | dict, dest: Path, notebooks: list[str], timestamp: str 
         dest: the workspace's ``submitted/<student_id>/<assignment_id>``; emptied first.
         notebooks: the assignment's notebook names, without ``.ipynb``.
         timestamp: the instructor's record of the submission time, or None.
+        submitted_as: when given, filled with each notebook's name (without ``.ipynb``) ->
+            the name of the file graded as it, as the student submitted it.
 
     In a one-notebook assignment, a lone notebook under another name is graded as the
     expected one (students rename and copy files). Copied cells lose their grade ids.
@@ -474,6 +482,8 @@ def stage(source: Path | dict, dest: Path, notebooks: list[str], timestamp: str 
     src = _source(source)
     try:
         plan = _plan(src.entries, notebooks)
+        if submitted_as is not None:
+            submitted_as.update({notebook: entry.name for notebook, entry in plan.notebooks.items()})
         notes = list(plan.notes)
         for notebook, entry in plan.notebooks.items():
             try:

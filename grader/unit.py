@@ -15,6 +15,7 @@ generated release and a template gradebook per (assignment, due date).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -36,7 +37,7 @@ from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 from .names import name_problem, quoted
 from .sandbox import kernels_cpu_seconds
-from .stage import BadSubmission, stage
+from .stage import SUBMITTED_NAMES, BadSubmission, stage
 
 
 @dataclass(frozen=True)
@@ -194,10 +195,13 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         ws = tmp / "course"
         try:  # a path is opened without following links; data is staged as it came
             source = Path(files) if isinstance(files, (str, Path)) else files
-            note = stage(source, ws / "submitted" / student_id / assignment_id, notebooks, settings.timestamp)
+            submitted_as: dict[str, str] = {}
+            note = stage(source, ws / "submitted" / student_id / assignment_id, notebooks, settings.timestamp,
+                         submitted_as)
         except BadSubmission as error:
             return done(f"not graded: {error}")
         result["keys"] = _feedback_keys(ws / "submitted" / student_id / assignment_id, settings.timestamp)
+        result["keys"][SUBMITTED_NAMES] = json.dumps(submitted_as)
         shutil.copyfile(template / "gradebook.db", ws / "gradebook.db")
         secret_file = tmp / "secret"
         secret_file.write_bytes(settings.secret)

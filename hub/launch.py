@@ -197,14 +197,17 @@ def _instructor_course(hub: Hub) -> None:
 
 def _students_config(hub: Hub) -> None:
     """The students' nbgrader configuration, in their environment's etc/jupyter: the
-    exchange and the course (nothing else: their course folder is their server's root)."""
+    exchange, the course and the course's submit (nothing else: their course folder is
+    their server's root)."""
     etc = hub.student_python.parent.parent / "etc" / "jupyter"
     etc.mkdir(parents=True, exist_ok=True)
     (etc / "nbgrader_config.py").write_text(
         '"""Written by hub/launch.py: the course hub\'s exchange and course, for every student."""\n'
         "c = get_config()  # noqa: F821\n"
         f"c.Exchange.root = {str(hub.exchange)!r}\n"
-        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n")
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        '# a notebook not named as released: one line at submit on how it is graded\n'
+        'c.ExchangeFactory.submit = "coursekit.submit.NamedSubmit"\n')
     os.chmod(etc / "nbgrader_config.py", 0o644)
 
 

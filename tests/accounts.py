@@ -87,13 +87,15 @@ class Accounts:
 
     def enroll(self, user: str, exchange: Path, course_id: str) -> Path:
         """Give ``user`` a course folder ``~/work`` and a ``~/.jupyter/nbgrader_config.py``
-        naming the exchange and the course, written as themselves; return the folder."""
+        naming the exchange, the course and the course's submit (as docs/deploying.md has it),
+        written as themselves; return the folder."""
         work = self.home(user) / "work"
         self.run(user, "mkdir", work)
         jupyter = self.home(user) / ".jupyter"
         self.run(user, "mkdir", jupyter)
         config = (f"c = get_config()\nc.Exchange.root = {str(exchange)!r}\n"
-                  f"c.CourseDirectory.course_id = {course_id!r}\nc.CourseDirectory.root = {str(work)!r}\n")
+                  f"c.CourseDirectory.course_id = {course_id!r}\nc.CourseDirectory.root = {str(work)!r}\n"
+                  'c.ExchangeFactory.submit = "coursekit.submit.NamedSubmit"\n')
         (jupyter / "nbgrader_config.py").write_text(config)
         shutil.chown(jupyter / "nbgrader_config.py", user, user)
         return work

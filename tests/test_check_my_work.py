@@ -148,11 +148,13 @@ def pwd_uid(user: str) -> int:
 
 def test_a_known_mistake_prints_its_diagnosis_hint_and_what_to_revisit(tmp_path, capsys, learner):
     """chloe's notebook 01 (a renamed copy): cosine over squared lengths, keys @ queries^T,
-    softmax over the query axis."""
+    softmax over the query axis. The second line tells how the renamed copy is graded."""
     mine = tmp_path / "my copy.ipynb"
     mine.write_bytes((course.SAMPLE_CLASS / "chloe" / "01_similarity" / "01_similarity.ipynb").read_bytes())
     assert main(["check", str(mine)]) == 0
     out = capsys.readouterr().out
+    assert out.splitlines()[1] == ("Note: 'my copy.ipynb' is not named as released: it will be graded as "
+                                   "'01_similarity.ipynb' (its feedback keeps your name)"), out
     expected = expected_grades()[("chloe", "01_similarity")]
     assert f"Score: {expected['score']:g}/10" in out, out
     for exercise, points in expected["exercises"].items():

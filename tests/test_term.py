@@ -9,13 +9,13 @@ run) in a course folder of the test's whose ``nbgrader_config.py`` loads the cou
 1. ``generate_assignment``, ``release_assignment``;
 2. three students fetch, put in their answers (a sample class notebook over the fetched
    one) and submit as themselves: ada on time, kai twice on time (chloe's 2/10 notebook,
-   then kai's 10/10), then the instructor gives the due date (``nbgrader db assignment
+   then kai's 10/10, renamed ``RENAMED`` first, as students do), then the instructor gives the due date (``nbgrader db assignment
    add --duedate``, "then or later" in the docs) between those and dev's, who submits late;
 3. ``collect``, then ``course-grader grade --course DIR`` (what ``make grade
    COURSE=DIR`` runs);
 4. a manual grade and comment in the gradebook, and the class regraded;
 5. one more comment (after the last grading, as the docs' step 8 has it), then
-   ``generate_feedback``, ``release_feedback``, and ada's ``fetch_feedback``;
+   ``generate_feedback``, ``release_feedback``, and ada's and kai's ``fetch_feedback``;
 6. nbgrader's own CSV export;
 7. kai regraded alone (``--student``);
 8. dev's extension (``--student dev --extensions CSV``).
@@ -48,6 +48,7 @@ from tests.accounts import COURSE_GRADER, PATH, course_dir, instructor, instruct
 
 A = "01_similarity"
 NB = f"{A}.ipynb"
+RENAMED = "my similarity (final).ipynb"  # kai's second submission: graded as NB, fetched under this name
 COURSE = "afs-term-test"
 ADA, DEV, KAI = STUDENTS = ("afs_term_ada", "afs_term_dev", "afs_term_kai")
 MANUAL = ("similarity-score_matrix-test", "similarity-score_matrix")  # ada's hand-graded cell, commented cell
@@ -153,7 +154,8 @@ def _run_term(accounts, tmp_path_factory) -> Term:
             answer(KAI, "chloe")
             accounts.nbgrader(KAI, "submit", A)
             answer(KAI, "kai")
-            accounts.nbgrader(KAI, "submit", A)
+            accounts.run(KAI, "mv", works[KAI] / A / NB, works[KAI] / A / RENAMED)
+            t["kai submit log"] = accounts.nbgrader(KAI, "submit", A)
 
         with ThreadPoolExecutor(2) as pool:
             for future in [pool.submit(f) for f in (ada, kai)]:
@@ -206,6 +208,8 @@ def _run_term(accounts, tmp_path_factory) -> Term:
         t["release log"] = instructor(folder, "release_feedback", A)
         t["fetch log"] = accounts.nbgrader(ADA, "fetch_feedback", A)
         t["fetched"] = sorted((accounts.home(ADA) / "work" / A / "feedback").glob(f"*/{A}.html"))
+        t["kai fetch log"] = accounts.nbgrader(KAI, "fetch_feedback", A)
+        t["kai fetched"] = sorted((accounts.home(KAI) / "work" / A / "feedback").glob("*/*.html"))
 
     def export():  # 6.
         before = (folder / "grades.csv").read_text(encoding="utf-8")
@@ -278,7 +282,7 @@ def test_collect_takes_trusted_times_and_each_students_latest_submission(term):
     for student in STUDENTS:  # timestamp.txt (nbgrader's) says what submission_times.csv (ours) says
         stamp = (folder / "submitted" / student / A / "timestamp.txt").read_text()
         assert stamp == read_submission_times(folder)[(student, A)]
-    assert (folder / "submitted" / KAI / A / NB).read_bytes() == _sample("kai")  # the second submission
+    assert (folder / "submitted" / KAI / A / RENAMED).read_bytes() == _sample("kai")  # the second submission
     assert (folder / "submitted" / ADA / A / NB).read_bytes() == _sample("ada")
     assert (folder / TIMES_FILE).is_file() and f"Collecting submission: {KAI} {A}" in term["collect log"]
 
@@ -320,6 +324,21 @@ def test_ada_fetches_feedback_with_her_manual_grade_and_comment(term):
     for wanted in ("Your feedback: 8 / 10 points", COMMENT):
         if wanted not in text:
             pytest.fail(f"{wanted!r} is not in the feedback ada fetched ({html})", pytrace=False)
+
+
+def test_a_renamed_notebook_is_told_at_submit_graded_and_its_feedback_fetched_under_its_name(term):
+    """kai renamed the notebook before submitting: ``nbgrader submit`` says in one line that
+    it will be graded as the released notebook; it is graded (10/10); the feedback that
+    release_feedback releases is the one kai's fetch_feedback finds, under kai's name."""
+    term.need("students", "grade", "feedback")
+    told = [line for line in term["kai submit log"].splitlines() if RENAMED in line]
+    assert told and f"it will be graded as '{NB}'" in told[0], term["kai submit log"]
+    assert "MISSING" not in term["kai submit log"], term["kai submit log"]  # the one line, not stock's block
+    rows = _rows(term["csv first"])
+    assert float(rows[KAI]["score"]) == 10 and "renamed" in rows[KAI]["status"], term["csv first"]
+    fetched = term["kai fetched"]
+    assert [p.name for p in fetched] == [RENAMED.replace(".ipynb", ".html")], (fetched, term["kai fetch log"])
+    assert "Your feedback: 10 / 10 points" in fetched[0].read_text(encoding="utf-8")
 
 
 def test_generate_feedback_after_manual_grading_shows_a_later_comment(term):
