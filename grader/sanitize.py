@@ -95,9 +95,10 @@ NO_MATH = "tex2jax_ignore mathjax_ignore"
 ID_PREFIX = "user-content-"
 # The only classes student markup keeps: what nbconvert's markdown renderer (heading
 # anchors), pygments (the highlight box, hl-<lexer>, its token classes), mistune
-# (language-<name>), pandas (dataframe) and the course's autograder comments emit. Everything else (Bootstrap's navbar-fixed-top,
-# modal, affix, pull-right, hidden; JupyterLab's jp-*; formgrader's score, full-credit,
-# nbgrader_cell) is dropped: a class is how markup without style gets positioned.
+# (language-<name>), pandas (dataframe) and the course's autograder comments emit.
+# Everything else (Bootstrap's navbar-fixed-top, modal, affix, pull-right, hidden;
+# JupyterLab's jp-*; formgrader's score, full-credit, nbgrader_cell) is dropped: a class
+# is how markup without a style attribute gets positioned.
 STUDENT_CLASSES = frozenset({"anchor-link", "highlight", "hll", "dataframe", "autograder-comment",
                              *NO_MATH.split(), *filter(None, STANDARD_TYPES.values())})
 # pygments' box names its lexer (hl-ipython3), mistune's code blocks their language

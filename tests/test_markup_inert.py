@@ -136,7 +136,8 @@ def _check_formgrader(chromium_context, graded, shots) -> None:
                 ...formgrader.grade_uis.map(ui => {
                     const name = ui.model.get("name"), real = document.getElementById(name);
                     return [name, real && real.tagName === "INPUT" && ui.$score.length === 1 && ui.$score[0] === real
-                            && ui.$el.find(".full-credit").length === 1 && ui.$el.find(".full-credit")[0].tagName === "BUTTON"];
+                            && ui.$el.find(".full-credit").length === 1
+                            && ui.$el.find(".full-credit")[0].tagName === "BUTTON"];
                 }),
                 ...formgrader.comment_uis.map(ui => {
                     const name = ui.model.get("name"), real = document.getElementById(name + "-comment");
