@@ -126,11 +126,13 @@ c.LateSubmissionPlugin.penalty_method = "zero"
 # headings, tables, math and data: images and lose scripts, event handlers, embeds,
 # forms, styles and any URL that would fetch something; JavaScript and widget outputs
 # are dropped; image sizes are numbers; SVG stays an <img> (no script runs in one).
+# Each cell's rendering is also inert in the page: its ids move to user-content-*, its
+# classes are only the renderers' own, and it is drawn in a box of its own.
 # Formgrader builds HTMLExporter(config=...) from this file, nbgrader's feedback too.
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.skip_svg_encoding = False
 c.HTMLExporter.filters = {
-    "clean_html": "grader.sanitize.clean_html",
+    "clean_html": "grader.sanitize.student_html",
     "markdown2html": "grader.sanitize.MarkdownToSafeHTML",
 }
 c.HTMLExporter.preprocessors = ["grader.sanitize.SanitizeOutputs"]

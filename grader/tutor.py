@@ -22,7 +22,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from . import course
 from . import checks
 from .feedback import AUTOGRADER_COMMENT, is_test_cell, verdict_of
-from .sanitize import NO_MATH, text_html
+from .sanitize import NO_MATH, mark_trusted, text_html
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,9 @@ def comment_html(c: Comment) -> str:
 
 
 def _markdown(source: str) -> NotebookNode:
-    return nbformat.v4.new_markdown_cell(source)  # with a cell id, as nbformat 4.5 requires
+    cell = nbformat.v4.new_markdown_cell(source)  # with a cell id, as nbformat 4.5 requires
+    mark_trusted(cell)  # the course's own: keeps its anchors and table classes (grader/sanitize.py)
+    return cell
 
 
 class TutorSummary(NbGraderPreprocessor):

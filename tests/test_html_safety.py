@@ -36,6 +36,7 @@ from traitlets.config import Config
 from grader import course, report
 from grader.classgrades import ClassGrades, Submission
 from grader.feedback import diagnose
+from grader import sanitize, tutor
 from grader.sanitize import clean_html, one_line, text_html
 
 EVIL = "203.0.113.9"  # TEST-NET-3: a server the page must never ask
@@ -154,7 +155,7 @@ class _Text(HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        self.tags[tag] += 1
+        self.tags[tag] += a.get("class") != "user-content"  # sanitize's box around a cell: not prose
         if tag == "img" and (a.get("src") or "").startswith("data:image/png;base64,"):
             self.tags["png figure"] += 1
         self._skip += tag in ("script", "style")
@@ -173,6 +174,76 @@ def readable(page: str) -> tuple[str, Counter]:
     parser = _Text()
     parser.feed(page)
     return " ".join("".join(parser.text).split()), parser.tags
+
+
+class _Names(HTMLParser):
+    """Every id, name, for, href and class token of a page, and the classes and ids of
+    each element inside the sanitizer's boxes (``div.user-content``)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.names: dict[str, list[str]] = {"id": [], "name": [], "for": [], "href": [], "class": []}
+        self.boxed: list[tuple[str, str]] = []  # (attribute, value) inside a box
+        self.boxed_text = ""
+        self._stack: list[tuple[str, bool]] = []
+
+    def handle_data(self, data):
+        if any(b for _, b in self._stack):
+            self.boxed_text += data
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: v or "" for k, v in attrs}
+        boxed = any(b for _, b in self._stack)
+        for key in self.names:
+            if key in a:
+                self.names[key] += a[key].split() if key == "class" else [a[key]]
+                if boxed and key != "href":
+                    self.boxed += [(key, v) for v in (a[key].split() if key == "class" else [a[key]])]
+        if tag not in _VOID:
+            self._stack.append((tag, a.get("class") == "user-content"))
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            if self._stack.pop()[0] == tag:
+                break
+
+
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+def _names(page: str) -> dict[str, list[str]]:
+    return _parsed(page).names
+
+
+def _parsed(page: str) -> _Names:
+    parser = _Names()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+# What positions or layers an element in the pages' CSS (Bootstrap 3 in formgrader and
+# the feedback, Bootstrap 4/5 and JupyterLab names a later template could bring).
+LAYERING_CLASSES = ["navbar-fixed-top", "navbar-fixed-bottom", "navbar-static-top", "affix", "affix-top",
+                    "modal", "modal-backdrop", "fade", "in", "show", "dropdown-menu", "popover", "tooltip",
+                    "position-fixed", "position-absolute", "fixed-top", "fixed-bottom", "sticky-top",
+                    "invisible", "hidden", "sr-only", "pull-right", "jp-Dialog", "lm-Widget", "p-Widget"]
+
+
+def hijacking_markdown(page: str) -> str:
+    """Markdown that copies every id, name, for and class of ``page`` (formgrader's grade
+    inputs, comment boxes, buttons, the feedback's anchors and score) and lays an
+    invisible full-page layer and a fake score over it, with no script."""
+    names = _names(page)
+    ids = sorted(set(names["id"]) | set(names["name"]) | set(names["for"]))
+    classes = " ".join(sorted(set(names["class"]) | set(LAYERING_CLASSES)))
+    fake = ('<div class="navbar navbar-default navbar-fixed-top modal-backdrop in" '
+            'style="position: fixed; top: 0; left: 0; width: 100%; height: 100%; z-index: 99999; opacity: 0">'
+            '<div class="nbgrader_cell"><span class="btn btn-success full-credit" id="similarity-dot_product">'
+            '<input class="score" id="similarity-dot_product"></span></div></div>'
+            '<h4 class="fixed-top position-fixed sticky-top">Score: 10.0 / 10.0</h4>')
+    copies = "".join(f'<span id="{i}" name="{i}"><label for="{i}" class="{classes}">{i}</label></span>' for i in ids)
+    return f"## {ids[0] if ids else 'x'}\n\n{fake}\n\n<div class=\"{classes}\">{copies}</div>\n\n[top](#top)"
 
 
 # ---------------------------------------------------------------------------- the pages
@@ -380,6 +451,13 @@ def test_the_course_s_prose_passes_the_sanitizer_unchanged(assignment_id):
         markdown = nbformat.v4.new_notebook(cells=[c for c in nb.cells if c.cell_type == "markdown"])
         ours, stock = exporter.from_notebook_node(markdown)[0], plain.from_notebook_node(markdown)[0]
         assert readable(ours) == readable(stock)
+        # every class the renderers gave the prose and the code is kept (the allowlist
+        # is what they emit), and every in-page link still finds its target
+        code = nbformat.v4.new_notebook(cells=[c for c in nb.cells if c.cell_type != "raw"])
+        ours, stock = exporter.from_notebook_node(code)[0], plain.from_notebook_node(code)[0]
+        assert set(_names(stock)["class"]) <= set(_names(ours)["class"])
+        names = _names(ours)
+        assert {href[1:] for href in names["href"] if href.startswith("#") and len(href) > 1} <= set(names["id"])
 
 
 def test_clean_html_keeps_prose_and_drops_what_runs_or_fetches():
@@ -456,6 +534,120 @@ def test_an_instructor_s_manual_comment_stays_markdown_and_is_cleaned():
     assert '<strong>section 2</strong>' in page and '<a href="https://numpy.org/doc/">the docs</a>' in page
     assert not active_content(page, feedback_page(graded(honest(cells=9), message="f(a) returned the wrong shape")))
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown as text, not run
+
+
+@pytest.mark.parametrize("page", ["feedback", "formgrade"])
+def test_student_markup_takes_no_id_name_for_or_class_of_the_page(baselines, page):
+    """Issue 32, failures 2 and 3: markdown that copies formgrader's and the feedback's own
+    ids (the grade inputs formgrader binds with $("#" + grade_id)) and classes
+    (nbgrader_cell, score, full-credit, Bootstrap's navbar-fixed-top, modal-backdrop)
+    keeps none of them: each id, name and for of the honest page is there exactly as
+    often as before; what the student wrote is in the user-content- namespace and keeps
+    only the renderers' classes, inside the sanitizer's box."""
+    render = feedback_page if page == "feedback" else formgrade_page
+    honest_page = baselines[page]
+    nb = graded(honest(), message="f(a) returned the wrong shape")
+    attack = hijacking_markdown(honest_page)
+    nb.cells.insert(2, nbformat.v4.new_markdown_cell(attack))
+    nb.cells.insert(3, nbformat.v4.new_code_cell("show()", outputs=[
+        nbformat.v4.new_output("display_data", data={"text/html": attack}),
+        nbformat.v4.new_output("display_data", data={"text/markdown": attack})]))
+    ours, before = _parsed(render(nb)), _parsed(honest_page)
+    for key in ("id", "name", "for"):
+        added = Counter(ours.names[key]) - Counter(before.names[key])
+        added -= Counter(f"cell-id={c.id}" for c in nb.cells[2:4])  # the template's, for the two new cells
+        assert all(v.startswith(sanitize.ID_PREFIX) for v in added), (key, sorted(added)[:10])
+        assert not Counter(before.names[key]) - Counter(ours.names[key])
+    boxed = Counter(ours.boxed) - Counter(before.boxed)
+    def students(attribute: str, value: str) -> bool:
+        if attribute == "id":
+            return value.startswith(sanitize.ID_PREFIX)
+        return value in sanitize.STUDENT_CLASSES or bool(sanitize.LEXER_CLASS.fullmatch(value))
+
+    assert boxed and all(students(k, v) for k, v in boxed), sorted(boxed)[:10]
+    # what the student wrote is all in boxes (so every class and id of it was checked above)
+    assert ours.boxed_text.count("Score: 10.0 / 10.0") == 3, "markdown cell, text/html and text/markdown output"
+    assert sum(len(v) for v in _parsed(render(nb)).names.values()) == sum(len(v) for v in ours.names.values())
+
+
+def test_ids_are_namespaced_once_and_in_page_links_follow_them():
+    cleaned = clean_html('<h2 id="Masks">Masks<a class="anchor-link" href="#Masks">¶</a></h2>'
+                         '<p id="a b" class="modal highlight k">x</p><a href="#">top</a><a href="#score">s</a>')
+    assert cleaned == ('<h2 id="user-content-Masks">Masks<a class="anchor-link" href="#user-content-Masks">¶</a></h2>'
+                       '<p id="user-content-a user-content-b" class="highlight k">x</p><a href="#">top</a>'
+                       '<a href="#user-content-score">s</a>')
+    assert clean_html(cleaned) == cleaned  # nbconvert cleans a text/markdown output twice
+    assert sanitize.student_html("<p>x</p>") == f'<div class="user-content" style="{sanitize.CONTAIN}"><p>x</p></div>'
+
+
+def test_only_the_tutor_s_own_cells_keep_their_ids_and_classes():
+    """The tutor's summary keeps its anchors and table classes; a student's cell that
+    carries the tutor's metadata key (any value) is a student's cell."""
+    markup = '<div class="tutor-summary table" id="tutor-x">Score: 10 / 10</div>'
+    own = tutor._markdown(markup)
+    forged = nbformat.v4.new_markdown_cell(markup, metadata={key: "0" * 32 for key in own.metadata})
+    page = feedback_page(nbformat.v4.new_notebook(cells=[own, forged]))
+    assert page.count('<div class="tutor-summary table" id="tutor-x">') == 1
+    assert page.count('<div id="user-content-tutor-x">') == 1
+
+
+# Shapes of markup whose cleaning was quadratic (html5lib's tree building costs the depth
+# of the open elements per tag, its etree walker the number of siblings per step up):
+# (name, markup for k units, k at 1x).
+COSTLY = [
+    ("misnested <b><i> (issue 32)", lambda k: "<b><i>" * k + "x" + "</b></i>" * k, 1000),
+    ("formatting with distinct attributes", lambda k: "".join(f'<b><i title="{j}"></b>x' for j in range(k)), 300),
+    ("deep divs", lambda k: "<div>" * k + "x", 1000),
+    ("unclosed spans and stray ends", lambda k: "<span></b>" * k, 800),
+    ("many paragraphs", lambda k: "<p>x <b>y</b> <code>z</code></p>" * k, 1500),
+]
+
+
+def _cpu(text: str) -> float:
+    """The least CPU time of three cleanings of ``text`` (CPU, not wall time: others'
+    load does not count)."""
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        clean_html(text)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize("make, k", [(m, k) for _, m, k in COSTLY], ids=[n for n, _, _ in COSTLY])
+def test_the_sanitizer_s_cost_is_linear_in_the_input(make, k):
+    """Issue 32, failure 4: four times the markup costs about four times as much (a
+    quadratic cost would be sixteen); the bound leaves room for noise, not for a square."""
+    assert _cpu(make(4 * k)) < 8 * _cpu(make(k))
+
+
+def test_a_cell_of_16000_nested_tags_costs_less_than_as_much_prose():
+    """Issue 32, failure 4, as reported: one markdown cell of 16,000 nested <b><i>
+    (93 KiB) made the feedback page cost seconds, most of a grading unit, and twice the
+    payload four times that. Now it reads as text after a note and its page costs less
+    than a page with the same amount of honest prose (markdown, code, math, links), and
+    twice the payload less than three times as much."""
+    import time
+
+    def page_cpu(text: str) -> tuple[float, str]:
+        nb = graded(honest(cells=9), message="f(a) returned the wrong shape")
+        nb.cells.insert(3, nbformat.v4.new_markdown_cell(text))
+        best = float("inf")
+        for _ in range(2):
+            start = time.process_time()
+            page = feedback_page(nb)
+            best = min(best, time.process_time() - start)
+        return best, page
+
+    payload = "<b><i>" * 16_000
+    prose = "The **mask** sets `scores[i, j]` to $-\\infty$ where *j > i*: see [the docs](https://pytorch.org/).\n\n"
+    (costly, page), (twice, _) = page_cpu(payload), page_cpu(payload * 2)
+    plain, _ = page_cpu(prose * (len(payload) // len(prose)))
+    assert costly < plain and twice < 3 * costly, (costly, twice, plain)
+    assert f"nests more than {sanitize.MAX_DEPTH} elements deep" in page
+    assert "&lt;b&gt;&lt;i&gt;" * 100 in page
 
 
 @pytest.mark.parametrize("student", ['<img src=x onerror="window.__pwned=1">', "a</a><script>alert(1)</script>"])
