@@ -48,6 +48,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -335,6 +336,24 @@ def _stop(hub: Hub) -> None:
 
 
 @contextlib.contextmanager
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP ignored while the context runs (Python runs signal handlers
+    in the main thread only, so elsewhere there is nothing to ignore): a second Ctrl-C while the hub stops would leave its
+    processes, the accounts and a closed checkout behind. Stopping is bounded (STOP_SECONDS,
+    then KILL_SECONDS a round)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = [signal.signal(sig, signal.SIG_IGN) for sig in signals]
+    try:
+        yield
+    finally:
+        for sig, handler in zip(signals, before):
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
 def one_hub_per_checkout() -> Iterator[None]:
     """Hold HUB_LOCK while the context runs: a second hub from this checkout would remake
     the first one's accounts and change the checkout's mode under it.
@@ -444,11 +463,14 @@ def start(instructor: str = "afs_hub_instructor", students: tuple[str, ...] = ("
             _wait_until_up(hub)
             yield hub
         finally:
-            _stop(hub)
-            if not keep_accounts:
-                accounts.remove()
-                shutil.rmtree(base, ignore_errors=True)
-            checkout.close()
+            with _uninterrupted():
+                try:
+                    _stop(hub)
+                finally:
+                    if not keep_accounts:
+                        accounts.remove()
+                        shutil.rmtree(base, ignore_errors=True)
+                    checkout.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -457,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-accounts", action="store_true",
                         help="leave the accounts and their homes when the hub stops")
     args = parser.parse_args(argv)
+    # `kill`, a closed terminal or a service manager stops the demo as Ctrl-C does: through
+    # start()'s cleanup (hub and processes stopped, checkout reopened, accounts removed)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.default_int_handler)
     try:
         with start(instructor="afs_instructor", students=("afs_student1", "afs_student2"),
                    keep_accounts=args.keep_accounts) as hub:
