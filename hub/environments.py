@@ -7,7 +7,9 @@
   with formgrader, the course's configuration) and the hub's jupyterhub.
 
 Both are made from Debian's ``/usr/bin/python3.11``, which every account can run (the dev
-venv's interpreter under /root cannot be), and are world-readable. Each is cached as
+venv's interpreter under /root cannot be), and are world-readable inside (the instructor's
+sits in the checkout, which the course hub closes to every account but the instructor's:
+hub/launch.py's ``closed_checkout``). Each is cached as
 ``<name>-<key>``, keyed by what goes into it (the wheel's bytes, the extras and the
 interpreter; this checkout's path and pyproject.toml), so that torch is installed once;
 two processes asking for the same venv take turns on a lock file and the second reuses

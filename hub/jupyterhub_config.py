@@ -27,7 +27,8 @@ c.ConfigurableHTTPProxy.command = [settings["proxy"]]
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings['proxy_api_port']}"
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
-c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
+# the proxy runs in a session of its own: hub/launch.py stops it by this pid even if the hub died
+c.ConfigurableHTTPProxy.pid_file = settings["proxy_pid_file"]
 
 # Real local accounts, their Unix passwords (PAM); only the course's accounts may log in.
 c.JupyterHub.authenticator_class = "pam"

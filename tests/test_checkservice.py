@@ -31,7 +31,7 @@ import requests
 from coursekit.check import _check_on_service
 from grader import course
 from grader.checkservice import MAX_BODY_BYTES
-from hub.launch import free_port
+from hub.launch import free_port, stop_hub
 from tests.conftest import expected_grades
 
 pytestmark = pytest.mark.hub
@@ -106,6 +106,7 @@ c.ConfigurableHTTPProxy.command = [{str(CHP)!r}]
 c.JupyterHub.db_url = "sqlite:///{folder / 'hub.sqlite'}"
 c.JupyterHub.cookie_secret_file = {str(folder / 'cookie_secret')!r}
 c.JupyterHub.pid_file = {str(folder / 'hub.pid')!r}
+c.ConfigurableHTTPProxy.pid_file = {str(folder / 'proxy.pid')!r}
 c.JupyterHub.authenticator_class = "dummy"
 c.Authenticator.allow_all = True
 c.JupyterHub.services = [{service!r}, {{"name": "test-admin", "api_token": {admin!r}}}]
@@ -130,12 +131,11 @@ c.Spawner.server_token_scopes = {SERVER_SCOPES!r}
         hub.log, hub.proc = log, proc
         yield hub
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        # every process the hub started, the proxy (a session of its own) and the service
+        # (root's here) included, is stopped by pid, also when the hub died at its start
+        started = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+        stop_hub(proc, folder / "proxy.pid")
+        assert not [p.cmdline() for p in started if p.is_running()], "the hub left processes running"
 
 
 def _body(notebook: Path | dict, name: str | None = None) -> bytes:

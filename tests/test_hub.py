@@ -26,6 +26,7 @@ Screenshots go to out/screenshots/hub-*.png. Missing chromium, proxy, bubblewrap
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
 from grader import course
@@ -87,7 +89,8 @@ def _press_in_list(page, section: str, label: str, then: str) -> None:
 def _kernel_says(page, code: str) -> str:
     """What ``code`` prints, run in the kernel of the notebook open in the page (the student's own)."""
     return page.evaluate("""async (code) => {
-        const panel = window.jupyterapp.shell.currentWidget;
+        const panel = Array.from(window.jupyterapp.shell.widgets('main'))
+            .find(w => w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel);
         const kernel = panel.sessionContext.session.kernel;
         let out = '';
         const future = kernel.requestExecute({code});
@@ -98,6 +101,71 @@ def _kernel_says(page, code: str) -> str:
         await future.done;
         return out;
     }""", code)
+
+
+def _answer_bearing(hub) -> list[str]:
+    """Every path under what the launcher says no student may read (``Hub.private``): each
+    file and folder, except inside a venv, node_modules/ or .git/, of which the folder
+    itself is listed and, for a venv, an editable install's files (its pointers into the
+    checkout)."""
+    def opaque(folder: Path) -> list[Path] | None:
+        if (folder / "pyvenv.cfg").exists():
+            return [folder, *folder.glob("lib/python*/site-packages/__editable__*")]
+        return [folder] if folder.name in ("node_modules", ".git") else None
+
+    paths = []
+    for root in hub.private.values():
+        if opaque(root) is not None:
+            paths += opaque(root)
+            continue
+        paths.append(root)
+        for folder, dirs, files in os.walk(root):
+            for name in list(dirs):
+                inside = opaque(Path(folder) / name)
+                paths += inside or [Path(folder) / name]
+                if inside is not None:
+                    dirs.remove(name)
+            paths += [Path(folder) / name for name in files]
+    return sorted({str(p) for p in paths})
+
+
+# Run in a student's kernel after PATHS, CHECKOUT and INSTRUCTOR_PYTHON are set: how many of
+# PATHS it can open (a folder: list) and the first of them (a few lines: the server limits a
+# kernel's output rate), and whether the grader and its references import: from the
+# student's environment, with the checkout put on sys.path, and with the instructor
+# environment's own interpreter.
+PROBE = """
+import json, os, subprocess, sys
+readable = []
+for path in PATHS:
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, 'rb').close()
+        readable.append(path)
+    except OSError:
+        pass
+imports = {}
+for python, code in [(sys.executable, 'import grader'), (sys.executable, 'import grader.checks.reference'),
+                     (sys.executable, f'import sys; sys.path.insert(0, {CHECKOUT!r}); import grader.checks.reference'),
+                     (INSTRUCTOR_PYTHON, 'import grader.checks.reference')]:
+    try:
+        done = subprocess.run([python, '-c', code], capture_output=True, text=True, timeout=60)
+        imports[f'{python}: {code}'] = 'imported' if done.returncode == 0 else done.stderr.strip().splitlines()[-1]
+    except OSError as error:
+        imports[f'{python}: {code}'] = repr(error)
+print(json.dumps({'readable': len(readable), 'first readable': readable[:20], 'imports': imports}))
+"""
+
+
+def _processes_of_hub(hub) -> dict[int, psutil.Process]:
+    """The hub's processes while it runs, found by the test itself: its descendants (the proxy,
+    the check service, the single-user servers, their kernels) and every process of a course
+    account."""
+    found = psutil.Process(hub.process.pid).children(recursive=True)
+    found += launch.processes_of({hub.home(u).stat().st_uid for u in [hub.instructor, *hub.students]})
+    return {p.pid: p for p in found}
 
 
 def _answered(persona: str, fetched: dict) -> dict:
@@ -124,6 +192,7 @@ def term():
         launch.require()
     except (browser_lab.BrowserMissing, launch.EnvironmentMissing) as error:
         pytest.fail(str(error), pytrace=False)
+    processes = {}
     with launch.start(instructor=INSTRUCTOR, students=tuple(PERSONAS),
                       spawner_args=("--LabApp.expose_app_in_browser=True",)) as hub, \
             browser_lab.chromium_browser() as chromium:
@@ -134,6 +203,13 @@ def term():
         _run(t, hub, contexts, pages)
         for context in contexts.values():
             context.close()
+        processes = _processes_of_hub(hub)
+        t["hub processes"] = {pid: " ".join(p.cmdline()) for pid, p in processes.items()}
+        # the hub dies as the OOM killer would kill it: the launcher stops what it started, not the hub
+        hub.process.kill()
+    # a process being killed gets a moment to die; one nobody stopped does not
+    alive = psutil.wait_procs(list(processes.values()), timeout=10)[1]
+    t["survivors"] = {p.pid: t["hub processes"][p.pid] for p in alive}
     t.seconds["total"] = time.monotonic() - started
     print("\nhub steps (s): " + ", ".join(f"{k} {v:.0f}" for k, v in t.seconds.items()), file=sys.stderr)
     return t
@@ -207,6 +283,8 @@ def _run(t: Term, hub, contexts, pages) -> None:
             hub.log_tail)
 
     def students_feedback():
+        private = t["answer-bearing paths"] = _answer_bearing(hub)  # after grading: the gradebook is there
+        t["course secret"] = str(hub.secret)  # (the account is gone when the tests read it)
         for user, persona in PERSONAS.items():
             page = pages[user]
             _assignment_list(page)
@@ -225,6 +303,9 @@ def _run(t: Term, hub, contexts, pages) -> None:
             feedback.screenshot(path=str(SHOTS / ("hub-feedback.png" if persona == "ada" else
                                                   f"hub-feedback-{persona}.png")))
             feedback.close()
+            said = _kernel_says(page, f"PATHS = {private!r}\nCHECKOUT = {str(launch.ROOT)!r}\n"
+                                      f"INSTRUCTOR_PYTHON = {str(hub.instructor_python)!r}\n{PROBE}")
+            t[f"probe {user}"] = json.loads(said) if said.startswith("{") else {"error": said}
             t[f"other feedback {user}"] = feedback_of_others = []
             for other in PERSONAS:
                 if other != user:
@@ -292,3 +373,34 @@ def test_each_student_sees_their_own_grade_in_their_feedback(term):
             if other != user and EXPECTED[other]["score"] != EXPECTED[user]["score"]:
                 assert f"Your feedback: {EXPECTED[other]['score']:g} / 10" not in text
         assert all(code != 0 for code in term[f"other feedback {user}"]), "a student can list another's home"
+
+
+def test_no_student_reads_an_answer_bearing_path_of_the_hub_or_imports_the_grader(term):
+    """From each student's own kernel on the hub: open() on every path of what the launcher
+    put where students must not read it (the checkout, the instructor environment, the course
+    directory and gradebook, the secrets, the hub's state and log) fails, and the grader with
+    its references imports neither from the student's environment, nor with the checkout on
+    sys.path, nor through the instructor environment's interpreter."""
+    term.need("students feedback")
+    paths = term["answer-bearing paths"]
+    # (the course directory's source/ is the checkout's solutions/: grader/coursedir.py)
+    must = {"a solution notebook": f"/solutions/{A}/{NB}", "a reference": "/grader/checks/reference/",
+            "the gradebook": "/course/gradebook.db", "a submission": f"/course/submitted/afs_hub_ada/{A}/{NB}",
+            "the course secret": term["course secret"], "the editable install": "__editable__"}
+    assert not [what for what, part in must.items() if not any(part in p for p in paths)], must
+    for user in PERSONAS:
+        probe = term[f"probe {user}"]
+        assert "error" not in probe, probe
+        assert probe["readable"] == 0, f"{user} reads {probe['readable']} of {len(paths)}: {probe['first readable']}"
+        assert not [code for code, said in probe["imports"].items() if said == "imported"], probe["imports"]
+
+
+def test_stopping_the_hub_stops_every_process_it_started(term):
+    """The hub's proxy (root's, a session of its own), the check service, the single-user
+    servers and their kernels, recorded while the hub ran, are all gone once the launcher's
+    context has ended, even though the hub itself was killed before it could stop them."""
+    assert term.get("hub processes"), "no process of the hub was recorded"
+    commands = " ".join(term["hub processes"].values())
+    assert "configurable-http-proxy" in commands and "serve-checks" in commands, commands
+    assert "ipykernel" in commands and "jupyterhub-singleuser" in commands, commands
+    assert term["survivors"] == {}, term["survivors"]
