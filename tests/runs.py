@@ -81,6 +81,8 @@ def kept(run: Callable = claims.execute, runs: Path | None = None,
                 pass
         executed = run(nb, folder)
         runs.mkdir(parents=True, exist_ok=True)
+        # executed solutions: on a machine that also hosts students, only the suite's account reads them
+        runs.chmod(0o700)
         with tempfile.NamedTemporaryFile("w", dir=runs, suffix=".part", delete=False) as part:
             nbformat.write(executed, part)
         os.replace(part.name, path)  # whole or not at all, for a run killed while writing

@@ -122,6 +122,7 @@ def test_a_run_is_kept_only_while_nothing_it_depends_on_changes(tmp_path, monkey
         return keeping(notebook, folder).cells[0].outputs[0].text
 
     assert output(nb) == output(nb) == "run 1\n"          # the second is the kept run
+    assert (tmp_path / "runs").stat().st_mode & 0o777 == 0o700  # executed solutions: no other account reads them
     (package / "helpers.py").write_text("SEED = 1\n")
     assert output(nb) == "run 2\n"                       # a package's file changed
     (folder / "data.txt").write_text("x")
