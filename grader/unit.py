@@ -32,6 +32,7 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from . import course
+from .execute import BudgetedExecute, limit_trips
 from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 from .names import name_problem, quoted
@@ -217,7 +218,7 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         if not outcome["success"]:
             return done(f"not graded: {_autograde_failure(outcome)}")
         result["graded"] = True
-        limits = f" ({config.Execute.timeout} s a cell, {config.BudgetedExecute.notebook_timeout} s a notebook)"
+        limits = BudgetedExecute(config=config).describe_limits()
         for notebook in notebooks:
             graded = ws / "autograded" / student_id / assignment_id / f"{notebook}.ipynb"
             result["diagnoses"].update(_diagnoses(graded, limits))
