@@ -45,11 +45,15 @@ c.Exchange.timezone = "UTC"
 # together (grader/execute.py), never the wall clock, so a correct notebook keeps its
 # points on a busy machine or beside a greedy classmate: 45 CPU-s a cell and 60 CPU-s a
 # notebook (an endless loop costs one submission a minute of CPU, not a minute per cell
-# that calls it). The wall clock is only a backstop against sleeping, three times those:
-# 135 s a cell, 180 s a notebook. The kernel is always this environment's "python3",
-# whatever a student's notebook says.
+# that calls it). Sleeping or waiting instead of computing is bounded by idle time (none
+# of the kernel's threads running or waiting for a CPU): 45 s a cell, 60 s a notebook.
+# The wall clock is only a backstop, three times the CPU limits: 135 s a cell, 180 s a
+# notebook. The kernel is always this environment's "python3", whatever a student's
+# notebook says.
 c.BudgetedExecute.cell_cpu_seconds = 45
 c.BudgetedExecute.notebook_cpu_seconds = 60
+c.BudgetedExecute.cell_idle_seconds = 45
+c.BudgetedExecute.notebook_idle_seconds = 60
 c.BudgetedExecute.wall_factor = 3.0
 c.Execute.startup_timeout = 120
 c.Execute.interrupt_on_timeout = True
@@ -74,7 +78,7 @@ c.SandboxedKernelManager.cpus = 1.0
 c.UnitLimits.seconds = 420
 # Grades are decided outside the student's kernel (grader/verify.py): questions go in
 # before execution, answers are judged after it; the kernel runs sandboxed
-# (grader/sandbox.py) with a notebook time budget and output limits (grader/execute.py).
+# (grader/sandbox.py) with CPU-time limits and output limits (grader/execute.py).
 c.Autograde.autograde_preprocessors = [
     "grader.verify.AskQuestions",
     "grader.execute.BudgetedExecute",  # in place of nbgrader.preprocessors.Execute

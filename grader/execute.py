@@ -1,6 +1,6 @@
 """Notebook execution while grading: nbgrader's Execute, sandboxed and bounded.
 
-On top of nbgrader's per-cell time limit, ``BudgetedExecute``
+In place of nbgrader's per-cell wall-clock time limit, ``BudgetedExecute``
 
 - runs the kernel in ``grader.sandbox.SandboxedKernelManager``;
 - counts the kernel's own CPU time, for all its processes and threads together (its
@@ -14,17 +14,23 @@ On top of nbgrader's per-cell time limit, ``BudgetedExecute``
   ``notebook_cpu_seconds``; then the remaining cells are not run ("not run: the
   notebook's CPU budget ... was spent"). Background processes cannot hide their CPU
   from it, and an endless loop called from several cells costs one budget;
-- bounds wall-clock time only as a generous backstop against a notebook that sleeps:
-  ``wall_factor`` times the CPU limits, for a cell (nbclient's timeout: the cell is
-  interrupted, and its kernel killed if it ignores that) and for the notebook (the
-  remaining cells are not run). Execution therefore ends within the notebook's
-  backstop plus a second's rounding and the interrupt's grace (nbclient's
-  ``iopub_timeout``), however many cells there are. nbgrader's ``Execute.timeout`` is
-  not used;
-- counts, for this process, every time a time limit (CPU or wall clock, or the
-  kernel's start-up) tripped (``limit_trips``), so that a unit that tripped one on a
-  busy machine can be graded again alone before a failure is recorded
-  (``grader.parallel``);
+- counts, against a notebook that sleeps or waits instead of computing, its idle time:
+  the wall-clock time in which none of the kernel's threads was running or waiting for
+  a CPU (the watchdog looks every ``WATCH_SECONDS``). A cell may be idle
+  ``cell_idle_seconds``, the notebook ``notebook_idle_seconds``; past them, as past
+  the CPU limits. A kernel that waits for a CPU is not idle, so this too is
+  independent of the machine's load;
+- bounds wall-clock time only as a generous backstop: ``wall_factor`` times the CPU
+  limits, for a cell (nbclient's timeout: the cell is interrupted, and its kernel
+  killed if it ignores that) and for the notebook (the remaining cells are not run).
+  Execution therefore ends within the notebook's backstop plus a second's rounding and
+  the interrupt's grace (nbclient's ``iopub_timeout``), however many cells there are.
+  nbgrader's ``Execute.timeout`` is not used;
+- counts, for this process, every time a limit that a busy machine could have made a
+  notebook trip did trip (``limit_trips``): the CPU limits (a CPU second buys less
+  work beside busy hyperthreads and caches), the wall-clock backstops and the
+  kernel's start-up, not the idle limits. A unit that tripped one on a busy machine is
+  graded again alone before a failure is recorded (``grader.parallel``);
 - passes markdown and raw cells by without a round trip through the event loop
   (tens of thousands of them cost milliseconds, not seconds);
 - caps output in bytes per cell and per notebook (nbgrader counts lines, so one huge
@@ -57,8 +63,9 @@ _trips = 0  # limit_trips(): time limits tripped in this process
 
 
 def limit_trips() -> int:
-    """How many times, in this process, a kernel tripped a time limit (CPU or wall clock) or
-    did not start in time: a unit compares it before and after (``grader.unit``)."""
+    """How many times, in this process, a kernel tripped a time limit that depends on the
+    machine's load (CPU, wall clock) or did not start in time: a unit compares it before
+    and after (``grader.unit``)."""
     return _trips
 
 
@@ -84,7 +91,11 @@ class BudgetedExecute(Execute):
                                             "when they are spent are not run.").tag(config=True)
     cell_cpu_seconds = Integer(45, help="CPU seconds all the kernel's processes together may use in one "
                                         "cell; past them the kernel is stopped.").tag(config=True)
-    wall_factor = Float(3.0, help="The wall-clock backstop against sleeping, as a multiple of the CPU "
+    cell_idle_seconds = Integer(45, help="Wall-clock seconds a cell may spend with none of the kernel's "
+                                         "threads running or waiting for a CPU (sleeping, waiting).").tag(config=True)
+    notebook_idle_seconds = Integer(60, help="Idle seconds (as cell_idle_seconds) for the whole notebook; "
+                                             "cells left when they are spent are not run.").tag(config=True)
+    wall_factor = Float(3.0, help="The wall-clock backstop, as a multiple of the CPU "
                                   "limits: a cell may take wall_factor * cell_cpu_seconds of wall-clock "
                                   "time, the notebook wall_factor * notebook_cpu_seconds.").tag(config=True)
     cell_output_kb = Integer(2048, help="Output kept per cell, KiB.").tag(config=True)
@@ -105,11 +116,13 @@ class BudgetedExecute(Execute):
     def describe_limits(self) -> str:
         """The time limits in words, for a diagnosis: " (45 s of CPU a cell, ...)"."""
         return (f" ({self.cell_cpu_seconds} s of CPU a cell, {self.notebook_cpu_seconds} s a notebook; "
+                f"{self.cell_idle_seconds} s / {self.notebook_idle_seconds} s idle; "
                 f"{self.cell_wall_seconds()} s / {self.notebook_wall_seconds()} s of wall-clock time)")
 
     def preprocess(self, nb, resources=None, *args, **kwargs):
         self._deadline = None  # the wall-clock backstop, set once the kernel is ready: start-up has its own limit
         self._cpu_start: float | None = None  # the kernel's CPU seconds when it was ready
+        self._idle = 0.0  # the notebook's idle seconds so far
         self._stopped: str | None = None
         self._notebook_bytes = self._cell_bytes = 0
         self._cell_over = False
@@ -153,6 +166,8 @@ class BudgetedExecute(Execute):
         used = self.km.cpu_time()
         if self._cpu_start is not None and used is not None and used - self._cpu_start >= self.notebook_cpu_seconds:
             return f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
+        if self._idle >= self.notebook_idle_seconds:
+            return f"the notebook's idle time ({self.notebook_idle_seconds} s sleeping or waiting) was spent"
         return None
 
     def preprocess_cell(self, cell, resources, index):
@@ -166,19 +181,18 @@ class BudgetedExecute(Execute):
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         if not self._stopped:
             self._stopped = self._budget_spent()
-            if self._stopped:
+            if self._stopped and "idle" not in self._stopped:
                 _tripped()
         if self._stopped:
             cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
             self._events[cell_index] = f"not run: {self._stopped}"
             return cell
-        self._cell_bytes, self._cell_over, self._over_cpu = 0, False, None
-        watch = asyncio.ensure_future(self._watch_cpu(cell_index))
+        self._cell_bytes, self._cell_over, self._over = 0, False, None
+        watch = asyncio.ensure_future(self._watch(cell_index))
         try:
             cell = await super().async_execute_cell(cell, cell_index, execution_count, store_history)
-            if self._over_cpu:  # interrupted at a CPU limit: the same error as at nbclient's time-out
-                cell.outputs.append(_error("CellTimeoutError", f"the cell was interrupted at its CPU limit "
-                                                               f"({self._over_cpu})"))
+            if self._over:  # interrupted at a CPU or idle limit: the same error as at nbclient's time-out
+                cell.outputs.append(_error("CellTimeoutError", f"the cell was interrupted at its limit ({self._over})"))
             return cell
         except DeadKernelError:
             self._stop(cell, cell_index, "the Python kernel stopped in this cell (os._exit, a crash, "
@@ -192,26 +206,37 @@ class BudgetedExecute(Execute):
 
     execute_cell = run_sync(async_execute_cell)
 
-    async def _watch_cpu(self, cell_index: int) -> None:
-        """Interrupt the cell when it uses more than ``cell_cpu_seconds`` of CPU, or the
-        notebook more than ``notebook_cpu_seconds`` (then the remaining cells are not run):
-        the kernel's own CPU, whatever the wall clock says. As at nbclient's time-out, the
-        kernel goes on; one that ignores the interrupt for ``iopub_timeout`` more seconds is
-        stopped."""
-        start = self.km.cpu_time()
+    async def _watch(self, cell_index: int) -> None:
+        """Interrupt the cell when it uses more than ``cell_cpu_seconds`` of CPU or is idle
+        more than ``cell_idle_seconds``, or the notebook more than its own (then the
+        remaining cells are not run): the kernel's own CPU and idle time, whatever the wall
+        clock says. As at nbclient's time-out, the kernel goes on; one that ignores the
+        interrupt for ``iopub_timeout`` more seconds is stopped."""
+        start, idle, last = self.km.cpu_time(), 0.0, time.monotonic()
         while start is not None:
             await asyncio.sleep(WATCH_SECONDS)
-            used = self.km.cpu_time()
-            if used is None:
+            used, busy, now = self.km.cpu_time(), self.km.busy(), time.monotonic()
+            if used is None or busy is None:
                 return
+            if not busy:  # the whole interval, as sampled: the kernel sleeps or waits
+                idle += now - last
+                self._idle += now - last
+            last = now
             if used - start > self.cell_cpu_seconds:
-                self._over_cpu = f"{self.cell_cpu_seconds} s of CPU a cell"
+                self._over = f"{self.cell_cpu_seconds} s of CPU a cell"
             elif self._cpu_start is not None and used - self._cpu_start > self.notebook_cpu_seconds:
-                self._over_cpu = f"{self.notebook_cpu_seconds} s of CPU a notebook"
+                self._over = f"{self.notebook_cpu_seconds} s of CPU a notebook"
                 self._stopped = f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
+            elif idle > self.cell_idle_seconds:
+                self._over = f"{self.cell_idle_seconds} s idle a cell"
+            elif self._idle > self.notebook_idle_seconds:
+                self._over = f"{self.notebook_idle_seconds} s idle a notebook"
+                self._stopped = (f"the notebook's idle time ({self.notebook_idle_seconds} s sleeping or "
+                                 "waiting) was spent")
             else:
                 continue
-            _tripped()
+            if "CPU" in self._over:  # an idle limit does not depend on the machine's load
+                _tripped()
             await self.km.interrupt_kernel()
             await asyncio.sleep(self.iopub_timeout + 1)  # cancelled when the cell ends, as it should
             self._events[cell_index] = IGNORED

@@ -26,17 +26,6 @@ SECRET = "ROOT-ONLY-7f3a9c"  # the contents of the root-only file the link attac
 SOLUTION_TEXT = "### BEGIN SOLUTION"  # the instructor's notebook, if it leaks into feedback
 SURVIVOR_MARK = "attention-course-survivor-3c1e"  # argv of the process that tries to outlive its kernel
 
-
-
-def budget_seconds() -> int:
-    """The wall-clock time a notebook that only sleeps may take: the course's backstop
-    (``BudgetedExecute.notebook_wall_seconds``, nbgrader_config.py)."""
-    from grader import course
-    from grader.execute import BudgetedExecute
-
-    return BudgetedExecute(config=course.load_config()).notebook_wall_seconds()
-
-
 # Cells a spreadsheet would run as a formula (OWASP, CSV injection).
 FORMULA = re.compile(r"^[=+\-@\t\r]")
 # What a terminal would act on: C0 and C1 controls (escape sequences), DEL, bidi overrides.
@@ -169,7 +158,7 @@ def judge(harm: str, outcome: Outcome, targets: list[str]) -> tuple[str, bool]:
     if harm == "budget":
         ticks = [float(t) for t in re.findall(rf"{BUDGET_MARK} ([\d.]+)", text)]
         span = (max(ticks) - min(ticks)) if len(ticks) > 1 else 0.0
-        return f"{len(ticks)} cells ran over {span:.0f} s", span > budget_seconds() + 10
+        return f"{len(ticks)} cells ran over {span:.0f} s", span > 70
     if harm == "leak":
         places = {"status": outcome.status, "feedback": outcome.feedback or "", "outputs": text}
         leaked = [where for where, t in places.items() if SECRET in t or SOLUTION_TEXT in t]
