@@ -92,10 +92,15 @@ def test_cpu_of_the_kernels_children_counts_for_the_cell(tmp_path):
     assert "of CPU a cell" in _timed_out(nb.cells[0]) and nb.cells[1].outputs[0].text == "after\n"
 
 
-def test_idle_time_cannot_be_outrun_by_many_sleeping_cells(tmp_path):
+@pytest.mark.parametrize("cgroups", ["auto", "off"])  # off: the kernel's process tree's threads
+def test_idle_time_cannot_be_outrun_by_many_sleeping_cells(tmp_path, cgroups, monkeypatch):
+    import grader.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "_warned_cgroup", True)  # its warning is tested in test_sandbox_cgroup
     nb = new_notebook(cells=[new_code_cell("import time; time.sleep(0.9)") for _ in range(20)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    executor = BudgetedExecute(kernel_name="python3", notebook_idle_seconds=3)
+    executor = BudgetedExecute(kernel_name="python3", notebook_idle_seconds=3,
+                               config=Config({"SandboxedKernelManager": {"cgroups": cgroups}}))
     resources = {"metadata": {"path": str(tmp_path)}}
     trips = limit_trips()
     nb, resources = executor.preprocess(nb, resources)
@@ -108,6 +113,19 @@ def test_idle_time_cannot_be_outrun_by_many_sleeping_cells(tmp_path):
     assert len(not_run) >= 14 and not_run == list(range(20 - len(not_run), 20))
     assert nb.cells[-1].outputs[0].ename == "NotRun"
     assert limit_trips() == trips  # sleeping does not depend on the machine's load: no regrade
+
+
+@pytest.mark.parametrize("cgroups", ["auto", "off"])
+def test_a_computing_kernel_is_never_idle(tmp_path, cgroups, monkeypatch):
+    import grader.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "_warned_cgroup", True)
+    # the kernel computes in a child process and waits for it: the child's thread is busy
+    child = "import subprocess, sys\nsubprocess.run([sys.executable, '-c', {!r}])\nprint('done')".format(
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5: pass")
+    nb, events = _run(tmp_path, SPIN.format(2.5), child, cell_idle_seconds=1, notebook_idle_seconds=1,
+                      config=Config({"SandboxedKernelManager": {"cgroups": cgroups}}))
+    assert events == {} and [c.outputs[-1].text for c in nb.cells] == ["done\n"] * 2
 
 
 def test_the_wall_clock_backstop_stops_a_notebook_the_other_limits_let_through(tmp_path):
