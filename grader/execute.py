@@ -58,8 +58,8 @@ from .sandbox import SandboxedKernelManager
 
 _KB = 1024
 IGNORED = "the cell ignored the interrupt at the time limit, so its kernel was stopped"
-WATCH_SECONDS = 0.25  # how often the watchdog reads the kernel's CPU time
-_trips = 0  # limit_trips(): time limits tripped in this process
+WATCH_SECONDS = 0.25  # how often the watchdog reads the kernel's CPU time and its threads' states
+_trips = 0  # limit_trips(): time limits that load can sway, tripped in this process
 
 
 def limit_trips() -> int:
@@ -84,13 +84,15 @@ def _size(msg: dict) -> int:
 
 
 class BudgetedExecute(Execute):
-    """nbgrader's ``Execute`` in a sandbox, with CPU budgets, a wall-clock backstop and byte limits."""
+    """nbgrader's ``Execute`` in a sandbox, with CPU and idle-time limits, a wall-clock backstop and
+    byte limits."""
 
     notebook_cpu_seconds = Integer(60, help="CPU seconds all the kernel's processes together may use for the "
                                             "whole notebook, from the moment its kernel is ready; cells left "
                                             "when they are spent are not run.").tag(config=True)
     cell_cpu_seconds = Integer(45, help="CPU seconds all the kernel's processes together may use in one "
-                                        "cell; past them the kernel is stopped.").tag(config=True)
+                                        "cell; past them the cell is interrupted (and its kernel stopped if it "
+                                        "ignores that).").tag(config=True)
     cell_idle_seconds = Integer(45, help="Wall-clock seconds a cell may spend with none of the kernel's "
                                          "threads running or waiting for a CPU (sleeping, waiting).").tag(config=True)
     notebook_idle_seconds = Integer(60, help="Idle seconds (as cell_idle_seconds) for the whole notebook; "
@@ -161,8 +163,7 @@ class BudgetedExecute(Execute):
         if self._deadline is None:
             return None
         if time.monotonic() >= self._deadline:
-            return (f"the notebook's wall-clock backstop ({self.notebook_wall_seconds()} s) was spent: "
-                    "does it sleep or wait?")
+            return f"the notebook's wall-clock backstop ({self.notebook_wall_seconds()} s) was spent"
         used = self.km.cpu_time()
         if self._cpu_start is not None and used is not None and used - self._cpu_start >= self.notebook_cpu_seconds:
             return f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
