@@ -125,6 +125,7 @@ class BudgetedExecute(Execute):
         self._deadline = None  # the wall-clock backstop, set once the kernel is ready: start-up has its own limit
         self._cpu_start: float | None = None  # the kernel's CPU seconds when it was ready
         self._idle = 0.0  # the notebook's idle seconds so far
+        self._sample: tuple[float, bool] | None = None  # the watchdog's last look: when, and whether idle
         self._stopped: str | None = None
         self._notebook_bytes = self._cell_bytes = 0
         self._cell_over = False
@@ -203,6 +204,9 @@ class BudgetedExecute(Execute):
             await self._async_kill()
         finally:
             watch.cancel()
+            if self._sample and self._sample[1]:  # idle from the watchdog's last look to the cell's end
+                self._idle += time.monotonic() - self._sample[0]
+            self._sample = None
         return cell
 
     execute_cell = run_sync(async_execute_cell)
@@ -222,7 +226,7 @@ class BudgetedExecute(Execute):
             if not busy:  # the whole interval, as sampled: the kernel sleeps or waits
                 idle += now - last
                 self._idle += now - last
-            last = now
+            last, self._sample = now, (now, not busy)
             if used - start > self.cell_cpu_seconds:
                 self._over = f"{self.cell_cpu_seconds} s of CPU a cell"
             elif self._cpu_start is not None and used - self._cpu_start > self.notebook_cpu_seconds:
