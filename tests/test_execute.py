@@ -162,8 +162,12 @@ def test_a_kernel_kept_waiting_for_a_cpu_is_not_charged_for_the_wait(tmp_path):
     slow = Config({"SandboxedKernelManager": {"cpus": 0.25}})
     trips = limit_trips()
     started = time.monotonic()
+    # timeout and notebook_timeout: the same limits under the names they had while they were
+    # counted on the wall clock, so that this test measures them on the code before issue 32
+    # too; the grader now ignores both
     nb, events = _run(tmp_path, *[SPIN.format(0.5) for _ in range(3)], config=slow, cell_cpu_seconds=1,
-                      notebook_cpu_seconds=2, cell_idle_seconds=1, notebook_idle_seconds=1, wall_factor=10)
+                      notebook_cpu_seconds=2, cell_idle_seconds=1, notebook_idle_seconds=1, wall_factor=10,
+                      timeout=1, notebook_timeout=2)
     wall = time.monotonic() - started
     assert events == {}, events
     assert [c.outputs[0].text for c in nb.cells] == ["done\n"] * 3
