@@ -47,12 +47,20 @@ c.GenerateAssignment.preprocessors = [
 c.Exchange.timezone = "UTC"
 
 # Execution while grading. Every notebook must run in 30 s while graded
-# (exercise-standard.md), so a cell gets 45 s (PyTorch imports and short training runs
-# on a slow or busy machine fit) and a whole notebook 60 s: an endless loop costs one
-# submission a minute, not a minute per cell that calls it. The kernel is always this
-# environment's "python3", whatever a student's notebook says.
-c.Execute.timeout = 45
-c.BudgetedExecute.notebook_timeout = 60
+# (exercise-standard.md). The limits count the kernel's own CPU time, all its processes
+# together (grader/execute.py), never the wall clock, so a correct notebook keeps its
+# points on a busy machine or beside a greedy classmate: 45 CPU-s a cell and 60 CPU-s a
+# notebook (an endless loop costs one submission a minute of CPU, not a minute per cell
+# that calls it). Sleeping or waiting instead of computing is bounded by idle time (none
+# of the kernel's threads running or waiting for a CPU): 45 s a cell, 60 s a notebook.
+# The wall clock is only a backstop, three times the CPU limits: 135 s a cell, 180 s a
+# notebook. The kernel is always this environment's "python3", whatever a student's
+# notebook says.
+c.BudgetedExecute.cell_cpu_seconds = 45
+c.BudgetedExecute.notebook_cpu_seconds = 60
+c.BudgetedExecute.cell_idle_seconds = 45
+c.BudgetedExecute.notebook_idle_seconds = 60
+c.BudgetedExecute.wall_factor = 3.0
 c.Execute.startup_timeout = 120
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
@@ -62,18 +70,21 @@ c.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelA
 # The kernel's limits hold for all its processes together, in a cgroup (grader/cgroup.py)
 # when the grader is root (else per process, after a loud warning): 4096 MiB of memory,
 # 256 processes, and one core's worth of CPU, so that a submission's background
-# processes cannot slow down a classmate graded beside it.
+# processes count against it alone and cannot slow down a classmate graded beside it.
 c.SandboxedKernelManager.memory_mb = 4096
 c.SandboxedKernelManager.processes = 256
 c.SandboxedKernelManager.cpus = 1.0
 # One bound for a submission's whole unit of work (staging, execution, feedback), counted
 # on the worker (grader/parallel.py): past it the row says "not graded: grading took
-# longer than 300 s ..." and the worker is restarted. An honest unit takes well under a
-# minute: the notebook budget above plus the kernel's start-up and the feedback.
-c.UnitLimits.seconds = 300
+# longer than 420 s ..." and the worker is restarted. An honest unit takes well under a
+# minute; this is the notebook's wall-clock backstop (180 s), the kernel's start-up limit
+# (120 s) and room for staging and feedback on a busy machine. A unit that trips a time
+# limit (this one included) while other units run beside it or the machine is busy is
+# graded again alone before a failure is recorded (UnitLimits.regrade_alone).
+c.UnitLimits.seconds = 420
 # Grades are decided outside the student's kernel (grader/verify.py): questions go in
 # before execution, answers are judged after it; the kernel runs sandboxed
-# (grader/sandbox.py) with a notebook time budget and output limits (grader/execute.py).
+# (grader/sandbox.py) with CPU-time limits and output limits (grader/execute.py).
 c.Autograde.autograde_preprocessors = [
     "grader.verify.AskQuestions",
     "grader.execute.BudgetedExecute",  # in place of nbgrader.preprocessors.Execute

@@ -2,8 +2,8 @@
 
 The hidden checks run inside the student's kernel, with no sandbox; the submissions are
 staged as ours are (grader.stage.stage), so that stock finds renamed notebooks too. Each
-cell has the course's time limit (``c.Execute.timeout`` of nbgrader_config.py), not
-nbgrader's default.
+cell has the course's wall-clock limit per cell (``BudgetedExecute.cell_wall_seconds``:
+ours counts CPU time, with this as its backstop), not nbgrader's default.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from traitlets.config import Config
 
 from grader import course
+from grader.execute import BudgetedExecute
 from grader.release import generate, nbgrader_api
 from grader.stage import stage
 
@@ -27,11 +28,12 @@ def stock_workspace(work: Path, assignment_id: str, submissions: dict[str, Path]
         setattr(config.CourseDirectory, f"{step}_directory", str(work / step))
     config.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     config.Execute.kernel_name = "python3"
-    # the course's per-cell time limit (nbgrader's default is 30 s): like with like, so that
-    # an endless loop costs stock what it may cost ours a cell (ours also has a notebook budget)
-    ours = course.load_config().Execute
-    config.Execute.timeout = ours.timeout
-    config.Execute.interrupt_on_timeout = ours.interrupt_on_timeout
+    # the course's per-cell wall-clock limit (nbgrader's default is 30 s): like with like, so
+    # that a sleeping cell costs stock what it may cost ours (ours also has CPU limits and a
+    # notebook budget)
+    ours = course.load_config()
+    config.Execute.timeout = BudgetedExecute(config=ours).cell_wall_seconds()
+    config.Execute.interrupt_on_timeout = ours.Execute.interrupt_on_timeout
     # no history database and no kernel log chatter: as quiet as our sandboxed kernels
     config.Execute.extra_arguments = ["--HistoryManager.hist_file=:memory:", "--IPKernelApp.log_level=ERROR"]
     generate(work / "release", config.CourseDirectory.db_url, [assignment_id])

@@ -7,7 +7,7 @@
 - ``grader.unit``: the unit of work, one submission graded into a JSON-ready result.
 - ``grader.stage``: checks a submitted folder and copies it into a workspace.
 - ``grader.parallel``: runs units on Dask, locally or on a cluster.
-- ``grader.execute``: nbgrader's Execute with a time budget for a whole notebook.
+- ``grader.execute``: nbgrader's Execute with CPU-time limits per cell and per notebook.
 - ``grader.feedback``: one-line diagnoses of test cells, and the feedback preprocessor
   that shows them in place of hidden tests and tracebacks.
 - ``grader.cli``: the ``course-grader`` command behind ``make release`` and ``make grade``.

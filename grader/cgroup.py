@@ -248,6 +248,11 @@ class Cgroup:
             out.update(int(p) for p in (_read(path) or "").split())
         return out
 
+    def threads(self) -> set[int]:
+        """The thread ids (host namespace) of every thread of every process in the group."""
+        path = self.dirs[""] / "cgroup.threads" if self.kind == "v2" else next(iter(self.dirs.values())) / "tasks"
+        return {int(t) for t in (_read(path) or "").split()}
+
     def cpu_seconds(self) -> float | None:
         """CPU seconds used by all processes of the group since it was made, or None."""
         if self.kind == "v2":
@@ -331,6 +336,20 @@ class Cgroup:
                     time.sleep(0.05)
         self.made = []
         return left
+
+
+def busy(threads: set[int]) -> bool:
+    """Whether any of these threads is running or waiting for a CPU (state R), or in an
+    uninterruptible wait (D, e.g. for a disk the machine shares): not sleeping of its own accord."""
+    for tid in threads:
+        try:
+            with open(f"/proc/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split(None, 1)[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if state in ("R", "D"):
+            return True
+    return False
 
 
 def _remove_stale(group: Path) -> None:

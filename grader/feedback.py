@@ -38,7 +38,7 @@ def is_test_cell(cell: NotebookNode) -> bool:
 def diagnose(cell: NotebookNode, limits: str = "") -> str | None:
     """What went wrong in an executed test cell, in one line; None when it passed.
 
-    ``limits`` describes the time limits for the timeout message, e.g. " (45 s a cell)".
+    ``limits`` describes the time limits for the timeout message, e.g. " (45 s of CPU a cell)".
     The exception's name and message are the student's: only the first line of the
     message is kept, as ``sanitize.one_line`` makes it (no control characters, at most
     a few hundred characters), so the diagnosis is plain text wherever it is shown.

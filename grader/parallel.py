@@ -17,6 +17,15 @@ they execute, every ``POLL`` seconds). A unit past it is cancelled, comes back a
 "grading took longer than N s ...", and its worker is restarted (its nanny starts a
 fresh process; the sandbox's kernel dies with the old one): a thread cannot be
 stopped from outside, so the process goes.
+
+A grade must not depend on how busy the machine was. A unit that tripped a time limit
+(its kernel's CPU or wall-clock limits, its start-up, or the unit's deadline) while
+another unit ran beside it, or while the machine was busy (some process waited for a
+CPU for at least ``UnitLimits.busy_pressure`` of the unit's time, by Linux's PSI), is
+graded again alone: no new unit starts until the running ones are back, then it runs
+with nothing else of this run beside it. Only that second result is recorded, and its
+status says it was regraded alone. (The kernels' limits count their own CPU time, so
+this is rare; it covers the wall-clock backstops and a machine loaded by other work.)
 """
 from __future__ import annotations
 
@@ -34,7 +43,7 @@ import time
 import dask
 from distributed import Client, KilledWorker, LocalCluster, WorkerPlugin, wait
 from tqdm import tqdm
-from traitlets import Integer
+from traitlets import Bool, Float, Integer
 from traitlets.config import Configurable
 
 from . import course
@@ -47,13 +56,53 @@ log = logging.getLogger(__name__)
 class UnitLimits(Configurable):
     """The bound of one unit of work, set in nbgrader_config.py (``c.UnitLimits.seconds``)."""
 
-    seconds = Integer(300, help="Wall seconds one submission's whole unit (staging, execution, feedback) "
+    seconds = Integer(420, help="Wall seconds one submission's whole unit (staging, execution, feedback) "
                                 "may take on a worker; 0: no limit.").tag(config=True)
+    regrade_alone = Bool(True, help="Grade a unit again, alone, when it tripped a time limit while other "
+                                    "units ran beside it or the machine was busy; record only that "
+                                    "result.").tag(config=True)
+    busy_pressure = Float(0.2, help="The machine counts as busy during a unit when some process waited for "
+                                    "a CPU for at least this share of the unit's wall time (Linux PSI, "
+                                    "/proc/pressure/cpu).").tag(config=True)
 
 
 def unit_seconds() -> int:
     """The configured deadline of one unit, seconds (0: none)."""
     return UnitLimits(config=course.load_config()).seconds
+
+
+def regrade_reason(outcome: dict | str, crowded: bool, limits: UnitLimits) -> str | None:
+    """Why a unit's outcome must not be recorded before the unit is graded again alone, or None.
+
+    ``crowded``: another unit ran at some moment while this one did. An outcome that tripped
+    no time limit is recorded as it is, and so is one of a unit that ran alone on a quiet
+    machine: the limit was the submission's own doing.
+    """
+    if not limits.regrade_alone:
+        return None
+    if isinstance(outcome, str):
+        tripped = outcome.startswith("grading took longer than")
+        pressure = None
+    else:
+        tripped = outcome.get("limits_tripped", 0) > 0
+        pressure = outcome.get("ran", {}).get("cpu_pressure")
+    if not tripped:
+        return None
+    if crowded:
+        return "other units ran beside it"
+    if pressure is not None and pressure >= limits.busy_pressure:
+        return f"the machine was busy (processes waited for a CPU {pressure:.0%} of the time)"
+    return None
+
+
+def _regraded(outcome: dict | str, why: str) -> dict | str:
+    """The outcome of a unit graded again alone, saying so (and why) in its status."""
+    note = f"regraded alone: a time limit tripped while {why}"
+    if isinstance(outcome, str):
+        return f"{outcome} ({note})"
+    outcome["status"] = f"{outcome['status']}; {note}" if outcome.get("status") else note
+    outcome["regraded"] = why
+    return outcome
 
 
 class EngineUnavailable(RuntimeError):
@@ -129,8 +178,12 @@ def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = 
     one whose assignment took longest so far in this run (longest first, which keeps a
     long unit from starting last), or one of an assignment not timed yet, in the order
     given.
+
+    A unit whose outcome ``regrade_reason`` holds back is graded again alone (see the
+    module's doc) and yielded once, with that second outcome.
     """
-    deadline = unit_seconds() if deadline is None else deadline
+    limits = UnitLimits(config=course.load_config())
+    deadline = limits.seconds if deadline is None else deadline
     source, todo = iter(units), []
     first = next(source, None)
     if first is None:
@@ -139,27 +192,51 @@ def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = 
     with client(jobs, scheduler) as c:
         futures, seconds = {}, {}  # future -> unit; assignment -> walls of its units so far
         pending, started, more, looked = set(), {}, True, 0.0
+        crowded = set()  # futures that ran, at some moment, beside another unit
+        alone, solo = [], {}  # units waiting to be graded again alone, with why; the future doing that
+        regrades = 0  # futures that grade a unit again: not more submissions on the progress bar
+
+        def submit(unit: Unit, key: str):
+            files = unit.files() if callable(unit.files) else unit.files
+            future = c.submit(work, files, unit.student_id, unit.assignment_id, unit.settings,
+                              key=key, pure=False, priority=-len(futures))  # Dask runs them in this order
+            futures[future] = unit
+            pending.add(future)
+            return future
 
         def hand_out() -> None:  # to each free thread, the unit expected to take longest
+            nonlocal regrades
+            if alone or solo:  # a regrade alone waits for the running units, and runs by itself
+                if alone and not pending:
+                    unit, why = alone.pop(0)
+                    solo[submit(unit, f"regrade-{unit.assignment_id}-{unit.student_id}")] = why
+                    regrades += 1
+                return
             slots = _slots(c)  # one look at the scheduler per hand-out, not one per unit
             while todo and len(pending) < slots:
                 unit = max(todo, key=lambda u: _expected(seconds, u.assignment_id))
                 todo.remove(unit)
-                files = unit.files() if callable(unit.files) else unit.files
-                future = c.submit(work, files, unit.student_id, unit.assignment_id, unit.settings,
-                                  key=f"grade-{unit.assignment_id}-{unit.student_id}", pure=False,
-                                  priority=-len(futures))  # Dask runs them in this order
-                futures[future] = unit
-                pending.add(future)
+                submit(unit, f"grade-{unit.assignment_id}-{unit.student_id}")
+            if len(pending) > 1:
+                crowded.update(pending)
+
+        def settle(future, outcome) -> dict | str | None:  # the outcome to yield, or None: held back
+            if future in solo:
+                return _regraded(outcome, solo.pop(future))
+            why = regrade_reason(outcome, future in crowded, limits)
+            if why:
+                alone.append((futures[future], why))
+                return None
+            return outcome
 
         with tqdm(desc="grading", unit="submission", disable=not progress) as bar:
-            while pending or todo or more:
+            while pending or todo or more or alone:
                 if more:  # one unit from the source between two looks at the workers
                     unit = next(source, None)
                     more = unit is not None
                     if more:
                         todo.append(unit)
-                    bar.total = len(futures) + len(todo)
+                    bar.total = len(futures) - regrades + len(todo)
                     bar.refresh()
                 hand_out()
                 if not pending:
@@ -175,8 +252,10 @@ def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = 
                     outcome = _outcome(future)
                     if isinstance(outcome, dict) and "total" in outcome.get("timings", {}):
                         seconds.setdefault(futures[future].assignment_id, []).append(outcome["timings"]["total"])
-                    back.append((futures[future], outcome))
                     future.release()
+                    outcome = settle(future, outcome)
+                    if outcome is not None:
+                        back.append((futures[future], outcome))
                 hand_out()  # before the collector records these: a freed worker starts its next unit now
                 for unit, outcome in back:
                     bar.update()
@@ -187,9 +266,11 @@ def run(units: Iterable[Unit], jobs: int | None = None, scheduler: str | None = 
                         pending.discard(future)
                         future.cancel()
                         _restart(c, worker)
-                        bar.update()
-                        yield futures[future], (f"grading took longer than {deadline:g} s (staging, running "
-                                                "and feedback together), so it was stopped")
+                        outcome = settle(future, f"grading took longer than {deadline:g} s (staging, running "
+                                                 "and feedback together), so it was stopped")
+                        if outcome is not None:
+                            bar.update()
+                            yield futures[future], outcome
 
 
 def _slots(c: Client) -> int:

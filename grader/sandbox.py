@@ -72,6 +72,7 @@ import coursekit
 
 from . import forkserver
 from .cgroup import Cgroup, CgroupUnavailable
+from .cgroup import busy as cgroup_busy
 
 WORK = "/home/student/work"
 START = "/run/kernel-start"  # empty and read-only: the kernel's working folder while it starts
@@ -370,6 +371,17 @@ class SandboxedKernelManager(AsyncKernelManager):
             return self.cgroup.cpu_seconds()
         return _tree_cpu(self.kernel_pid() if self.forking() else process.pid)
 
+    def busy(self) -> bool | None:
+        """Whether any thread of the kernel's processes is running or waiting for a CPU (or
+        in an uninterruptible wait): False while all of them sleep or wait for something
+        else (``time.sleep``, a lock, a message), None once the kernel is gone."""
+        process = getattr(self.provisioner, "process", None)
+        if process is None or process.poll() is not None:
+            return None
+        if self.cgroup is not None:
+            return cgroup_busy(self.cgroup.threads())
+        return cgroup_busy(_tree_threads(self.kernel_pid() if self.forking() else process.pid))
+
     def client(self, **kwargs):
         # a context whose sockets drop any message above the cap (output floods)
         context = zmq.asyncio.Context()
@@ -454,6 +466,25 @@ def remove_tree(path: str, log: logging.Logger | None = None) -> list[str]:
 def _walk(path: str):
     for root, dirs, files in os.walk(path):
         yield from dirs + files
+
+
+def _tree_threads(pid: int | None) -> set[int]:
+    """The thread ids of ``pid`` and of its living descendants."""
+    out, todo = set(), [pid] if pid else []
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            continue
+        out.update(tasks)
+        for task in tasks:
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(child) for child in f.read().split() if int(child) not in out]
+            except OSError:
+                continue
+    return out
 
 
 def _tree_cpu(pid: int) -> float | None:

@@ -33,6 +33,7 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from . import course
+from .execute import BudgetedExecute, limit_trips
 from .feedback import is_test_cell, verdict_of
 from .release import generate, nbgrader_api
 from .names import name_problem, quoted
@@ -155,7 +156,11 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         ``timings`` (seconds: stage, autograde, feedback, total), ``ran`` (where and when it
         ran, for a timeline: ``worker`` "host:pid", ``start`` and ``end`` as Unix times, CPU
         seconds of the worker process, ``grader_cpu``, and of its kernel, ``kernel_cpu``,
-        from the kernel's cgroup), ``gradebook`` (what
+        from the kernel's cgroup, and ``cpu_pressure``: the share of the unit's wall time
+        in which some process of the machine waited for a CPU, from Linux's PSI, or None),
+        ``limits_tripped`` (how many time limits its kernel tripped: CPU, wall clock or
+        start-up; ``grader.parallel`` grades such a unit again alone when it ran on a busy
+        machine), ``gradebook`` (what
         autograde wrote in the throwaway gradebook, for the collector to record, or
         None), ``submitted``, ``autograded`` and ``feedback`` (notebook name -> the
         staged notebook's JSON text / the autograded one's / the feedback HTML).
@@ -166,17 +171,22 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         input: a submission that cannot be graded is a result with its status.
     """
     started, began, cpu, kernels_cpu = time.perf_counter(), time.time(), time.process_time(), kernels_cpu_seconds()
+    trips, waited = limit_trips(), cpu_waited()
     timings: dict[str, float] = {}
     result = {"student_id": student_id, "assignment_id": assignment_id, "status": "", "graded": False,
               "points": {}, "max_points": {}, "diagnoses": {}, "late_seconds": 0.0, "penalty": 0.0,
-              "timings": timings, "ran": {}, "gradebook": None, "submitted": {}, "autograded": {},
-              "feedback": {}, "keys": {}}
+              "timings": timings, "ran": {}, "limits_tripped": 0, "gradebook": None, "submitted": {},
+              "autograded": {}, "feedback": {}, "keys": {}}
 
     def done(status: str) -> dict:
         result["status"] = status
         timings["total"] = time.perf_counter() - started
+        now = cpu_waited()
+        pressure = (now - waited) / timings["total"] if now is not None and waited is not None else None
+        result["limits_tripped"] = limit_trips() - trips
         result["ran"] = {"worker": f"{socket.gethostname()}:{os.getpid()}", "start": began, "end": time.time(),
-                         "grader_cpu": time.process_time() - cpu, "kernel_cpu": kernels_cpu_seconds() - kernels_cpu}
+                         "grader_cpu": time.process_time() - cpu, "kernel_cpu": kernels_cpu_seconds() - kernels_cpu,
+                         "cpu_pressure": None if pressure is None else round(min(1.0, max(0.0, pressure)), 3)}
         return result
 
     if settings.course_version and settings.course_version != course_version():
@@ -221,7 +231,7 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
         if not outcome["success"]:
             return done(f"not graded: {_autograde_failure(outcome)}")
         result["graded"] = True
-        limits = f" ({config.Execute.timeout} s a cell, {config.BudgetedExecute.notebook_timeout} s a notebook)"
+        limits = BudgetedExecute(config=config).describe_limits()
         for notebook in notebooks:
             graded = ws / "autograded" / student_id / assignment_id / f"{notebook}.ipynb"
             result["diagnoses"].update(_diagnoses(graded, limits))
@@ -247,6 +257,20 @@ def grade_submission(files: str | Path | dict[str, bytes | int], student_id: str
 
 
 _SECRET = re.compile(r"[0-9a-f]{16,256}")
+
+
+def cpu_waited(pressure_file: str = "/proc/pressure/cpu") -> float | None:
+    """Seconds in which some process of this machine (or container) waited for a CPU, since
+    boot: Linux's pressure stall information ("some ... total=" microseconds), or None where
+    the kernel does not keep it."""
+    try:
+        with open(pressure_file) as f:
+            for line in f:
+                if line.startswith("some "):
+                    return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _feedback_keys(staged: Path, timestamp: str | None) -> dict[str, str]:

@@ -166,6 +166,8 @@ def test_v2_writes_on_a_fake_cgroupfs(tmp_path):
     (d / "cpu.stat").write_text("usage_usec 2500000\nuser_usec 2000000\n")
     (d / "memory.peak").write_text(str(300 * 2**20))
     assert group.cpu_seconds() == 2.5 and group.memory_peak_mb() == 300
+    (d / "cgroup.threads").write_text("41\n42\n")  # the idle-time watchdog's threads
+    assert group.threads() == {41, 42}
     (d / "cgroup.kill").write_text("")
     assert group.kill(timeout=1) == set() and (d / "cgroup.kill").read_text() == "1"
     # no cgroup2 with the controllers: v2 is refused with the reason

@@ -448,7 +448,7 @@ def attacks() -> list:
                "soft_lookup forks five children that each hold 1.5 GiB written (7.5 GiB for one kernel)",
                (SOFT,), _body(SOFT, "def soft_lookup(scores, values):", MEMORY_CHILDREN), harm="memory"),
         Attack("t32_time_budget", "time_budget",
-               "150 cells of time.sleep(0.9) after the last test: the notebook's 60 s budget must still hold",
+               "150 cells of time.sleep(0.9) after the last test: the notebook's 60 s of idle time must still hold",
                (), {}, harm="budget", extra_cells=_ticks(150)),
         Attack("t33_markdown_flood", "markdown_flood",
                "60,000 small markdown cells: the whole unit of work (staging, execution, feedback) must stay bounded",
