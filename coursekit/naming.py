@@ -11,10 +11,23 @@ grading does:
   folder is graded under the released name (its feedback keeps the student's name);
 - otherwise the released notebook is missing and the submission is not graded.
 
-Names only: nothing is read. ``present`` lists the folder's top-level notebook files
-(``.ipynb``, not hidden, not folders).
+Names only: no notebook is read. ``present`` lists the folder's top-level notebook files
+(``.ipynb``, not hidden, not folders), as ``notebook_files`` finds them.
 """
 from __future__ import annotations
+
+import os
+
+
+def notebook_files(folder: str | os.PathLike) -> list[str]:
+    """The notebook files directly in ``folder`` (``.ipynb``, not hidden, not folders), sorted,
+    as grading sees them; none when the folder cannot be listed."""
+    try:
+        with os.scandir(folder) as listing:
+            return sorted(e.name for e in listing if e.name.endswith(".ipynb") and not e.name.startswith(".")
+                          and not e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
 
 
 def graded_as(released: list[str], present: list[str]) -> dict[str, str]:

@@ -14,29 +14,17 @@ at the deadline loses nothing; ``--strict`` still refuses a missing notebook).
 """
 from __future__ import annotations
 
-import os
-
 from nbgrader.exchange.default.submit import ExchangeSubmit
 
-from .naming import naming_note
-
-
-def _top_notebooks(folder: str) -> list[str]:
-    """The notebook files directly in ``folder`` (not hidden, not folders), as grading sees them."""
-    try:
-        with os.scandir(folder) as listing:
-            return sorted(e.name for e in listing if e.name.endswith(".ipynb") and not e.name.startswith(".")
-                          and not e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
+from .naming import naming_note, notebook_files
 
 
 class NamedSubmit(ExchangeSubmit):
     """Stock submit, with one line per notebook that is not named as released (see the module)."""
 
     def check_filename_diff(self):
-        released = [name[: -len(".ipynb")] for name in _top_notebooks(self.release_path)]
-        present = _top_notebooks(self.src_path)
+        released = [name[: -len(".ipynb")] for name in notebook_files(self.release_path)]
+        present = notebook_files(self.src_path)
         notes = [naming_note(name, released, present) for name in present]
         notes = [note for note in notes if note]
         if not notes or (self.strict and any(f"{n}.ipynb" not in present for n in released)):

@@ -167,10 +167,16 @@ class BudgetedExecute(Execute):
             return f"the notebook's wall-clock backstop ({self.notebook_wall_seconds()} s) was spent"
         used = self.km.cpu_time()
         if self._cpu_start is not None and used is not None and used - self._cpu_start >= self.notebook_cpu_seconds:
-            return f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
+            return self._cpu_spent()
         if self._idle >= self.notebook_idle_seconds:
-            return f"the notebook's idle time ({self.notebook_idle_seconds} s sleeping or waiting) was spent"
+            return self._idle_spent()
         return None
+
+    def _cpu_spent(self) -> str:
+        return f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
+
+    def _idle_spent(self) -> str:
+        return f"the notebook's idle time ({self.notebook_idle_seconds} s sleeping or waiting) was spent"
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code" or not cell.source.strip():  # nothing to run: skip the event loop
@@ -183,7 +189,7 @@ class BudgetedExecute(Execute):
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         if not self._stopped:
             self._stopped = self._budget_spent()
-            if self._stopped and "idle" not in self._stopped:
+            if self._stopped and self._stopped != self._idle_spent():  # load cannot make a kernel idle
                 _tripped()
         if self._stopped:
             cell.outputs = [_error("NotRun", f"not run: {self._stopped}")]
@@ -231,13 +237,12 @@ class BudgetedExecute(Execute):
                 self._over = f"{self.cell_cpu_seconds} s of CPU a cell"
             elif self._cpu_start is not None and used - self._cpu_start > self.notebook_cpu_seconds:
                 self._over = f"{self.notebook_cpu_seconds} s of CPU a notebook"
-                self._stopped = f"the notebook's CPU budget ({self.notebook_cpu_seconds} s of CPU) was spent"
+                self._stopped = self._cpu_spent()
             elif idle > self.cell_idle_seconds:
                 self._over = f"{self.cell_idle_seconds} s idle a cell"
             elif self._idle > self.notebook_idle_seconds:
                 self._over = f"{self.notebook_idle_seconds} s idle a notebook"
-                self._stopped = (f"the notebook's idle time ({self.notebook_idle_seconds} s sleeping or "
-                                 "waiting) was spent")
+                self._stopped = self._idle_spent()
             else:
                 continue
             if "CPU" in self._over:  # an idle limit does not depend on the machine's load

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from jupyter_core.paths import jupyter_data_dir
 
-from coursekit.naming import naming_note
+from coursekit.naming import naming_note, notebook_files
 
 from . import course, sandbox, tutor
 from .unit import Settings, course_version, grade_submission
@@ -147,15 +147,5 @@ def check_notebook(path: Path, student: str = STUDENT) -> Checked:
             result = grade_submission(folder, student, assignment_id, Settings(secret, course_version=course_version()))
     found = tutor.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
     return Checked(assignment_id, result["status"], sum(result["points"].values()),
-                   sum(result["max_points"].values()), found, naming_note(path.name, names, _notebooks_beside(path)))
-
-
-def _notebooks_beside(path: Path) -> list[str]:
-    """The notebook files of ``path``'s folder as grading would see them: top-level
-    ``.ipynb`` names, not hidden, not folders (``coursekit.naming``)."""
-    try:
-        with os.scandir(path.parent) as listing:
-            return [e.name for e in listing if e.name.endswith(".ipynb") and not e.name.startswith(".")
-                    and not e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return [path.name]
+                   sum(result["max_points"].values()), found,
+                   naming_note(path.name, names, notebook_files(path.parent)))
