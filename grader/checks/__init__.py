@@ -18,9 +18,9 @@ find specs.
 """
 from coursekit.protocol import Raised, Unsupported
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, answers_of, check,
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Rule, Spec, answers_of, check,
                     exercise_ids, get, judge_case, public_seed, questions, verdict, with_upstream)
 
-__all__ = ["Call", "Case", "CheckFailed", "Hint", "Knob", "Mistake", "Probe", "Raised", "Raises", "Spec",
+__all__ = ["Call", "Case", "CheckFailed", "Hint", "Knob", "Mistake", "Probe", "Raised", "Raises", "Rule", "Spec",
            "Unsupported", "answers_of", "check", "exercise_ids", "get", "judge_case", "public_seed",
            "questions", "verdict", "with_upstream"]

@@ -196,6 +196,20 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """A rule the exercise's docstring states, and which graded calls exercise it.
+
+    ``exercised(call)`` is True when ``call`` is one whose right answer depends on the rule
+    (e.g. "two words become equal after a merge", "a row fully masked", "q_len != k_len").
+    The tests assert that the graded calls of every seed exercise every rule: an input set
+    that never tests a rule cannot reject a learner who ignores it.
+    """
+
+    name: str
+    exercised: Callable[[Call], bool]
+
+
+@dataclass(frozen=True)
 class Spec:
     """An exercise as data: what is asked, the reference, the catalogue of mistakes.
 
@@ -238,6 +252,12 @@ class Spec:
     probes: tuple[Probe, ...] = ()
     by_call: bool = False
     output: str = ""
+    # The docstring's rules (:class:`Rule`), each exercised by the graded calls of every seed.
+    rules: tuple[Rule, ...] = ()
+    # Mutants of the reference (grader.checks._mutants) that compute the same function, by
+    # mutant name, with the reason why: (name, reason) pairs. Every other mutant must be
+    # rejected on every seed.
+    equivalent: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if self.driver is not None:
