@@ -301,7 +301,9 @@ def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = Non
     """Call ``fn`` on each question's ``(args, kwargs)``; the payload handed to the grader.
 
     With a ``driver`` (a key of ``DRIVERS``), the driver's plain function of ``fn`` is
-    called instead, with numpy arrays (no retry with tensors: the driver converts).
+    called instead, with numpy arrays (no retry with tensors: the driver converts). A
+    driver's question whose keyword ``HOOKED`` lists submodule names is a diagnostic one:
+    its answer is what those submodules saw (:func:`watched`), not the driver's result.
     """
     answers = []
     for args, kwargs in questions:
@@ -311,11 +313,113 @@ def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = Non
             else:
                 drive = get_driver(driver)
                 a = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in args]
-                result = drive(fn)(*a, **kwargs)
+                kwargs = dict(kwargs)
+                hooked = kwargs.pop(HOOKED, None)
+                if hooked is None:
+                    result = drive(fn)(*a, **kwargs)
+                else:
+                    result = watched(lambda: drive(fn)(*a, **kwargs), list(hooked))
             answers.append({"value": encode_value(result)})
         except Exception as error:  # the learner's code may raise anything
             answers.append({"raised": _short(error)})
     return {"exercise": exercise_id, "answers": answers}
+
+
+# ------------------------------------------------------------------------- hooks
+# A module exercise's diagnostic questions ask what the learner's submodules saw: the
+# grader runs the reference the same way and names the first submodule, residual or norm
+# whose tensors differ (grader.checks._localise). Only data leaves the kernel.
+
+HOOKED = "__hooked__"  # the keyword of a hooked question: the submodule names (``*`` = any index)
+MAX_HOOKED = 14 * MAX_ITEMS  # tensors recorded: the answer is (present, labels, 14 chunks at most)
+
+
+def watched(run: Any, names: list) -> tuple:
+    """Run ``run()`` (a driver's call) and record the first call of the module it calls first
+    (the root): for each submodule of the root whose name matches one of ``names`` ("layers.*.norm1":
+    ``*`` is an index), in the order the calls start, its tensor inputs (floating, at most 3,
+    positional then keyword) and its output (the first tensor of a tuple), and the root's own.
+
+    Returns ``(present, labels, *chunks)``: the root's submodule names that match (``""`` is
+    the root), one label ``"name|start|end|inputs|outputs|training|parameters"`` per call
+    (start and end count the hooked calls' starts and ends together; parameters names the
+    inputs recorded, e.g. "query,key,value"), and the tensors in chunks of
+    ``MAX_ITEMS``, in label order. ``run``'s own result is dropped; its exception propagates.
+    """
+    import inspect
+    import re
+
+    import torch
+
+    wanted = re.compile("|".join(re.escape(n).replace(r"\*", r"\d+") for n in names) or "(?!)")
+    state = {"root": None, "depth": 0, "clock": 0, "done": False}
+    open_calls: dict = {}
+    calls: list = []
+    handles: list = []
+
+    def tensors(module, args, kwargs) -> list:
+        """(parameter name, tensor) of the floating tensors passed, in forward's parameter order."""
+        try:
+            items = list(inspect.signature(module.forward).bind(*args, **kwargs).arguments.items())
+        except (TypeError, ValueError):
+            items = [(f"input{i + 1}", a) for i, a in enumerate(args)] + list(kwargs.items())
+        found = [(n, t) for n, t in items if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        return [(n, t.detach().clone()) for n, t in found[:3]]
+
+    def output_of(out) -> list:
+        if isinstance(out, (tuple, list)) and out:
+            out = out[0]
+        return [out.detach().clone()] if isinstance(out, torch.Tensor) else []
+
+    def start(name, module, args, kwargs):
+        if state["done"]:
+            return
+        open_calls.setdefault(id(module), []).append((name, state["clock"], tensors(module, args, kwargs)))
+        state["clock"] += 1
+
+    def end(module, out):
+        stack = open_calls.get(id(module))
+        if state["done"] or not stack:
+            return
+        name, began, inputs = stack.pop()
+        calls.append((name, began, state["clock"], inputs, output_of(out), module.training))
+        state["clock"] += 1
+
+    def global_pre(module, args):
+        if state["root"] is None and state["depth"] == 0:
+            state["root"] = module
+            for name, sub in module.named_modules():
+                if name and wanted.fullmatch(name):
+                    handles.append(sub.register_forward_pre_hook(
+                        lambda m, a, k, name=name: start(name, m, a, k), with_kwargs=True))
+                    handles.append(sub.register_forward_hook(lambda m, a, o: end(m, o)))
+            start("", module, args, {})
+        state["depth"] += 1
+
+    def global_post(module, args, out):
+        state["depth"] -= 1
+        if module is state["root"] and state["depth"] == 0 and not state["done"]:
+            end(module, out)
+            state["done"] = True
+
+    handles += [torch.nn.modules.module.register_module_forward_pre_hook(global_pre),
+                torch.nn.modules.module.register_module_forward_hook(global_post)]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    root = state["root"]
+    present = [""] + ([n for n, _ in root.named_modules() if n and wanted.fullmatch(n)] if root is not None else [])
+    labels, arrays = [], []
+    for name, began, ended, inputs, output, training in sorted(calls, key=lambda c: c[1]):
+        if len(arrays) + len(inputs) + len(output) > MAX_HOOKED:
+            break
+        labels.append(f"{name}|{began}|{ended}|{len(inputs)}|{len(output)}|{int(training)}|"
+                      + ",".join(n for n, _ in inputs))
+        arrays += [t for _, t in inputs] + output
+    chunks = [tuple(arrays[i:i + MAX_ITEMS]) for i in range(0, len(arrays), MAX_ITEMS)]
+    return (tuple(present), tuple(labels) or ("",), *chunks)
 
 
 def _encode_input(value: Any) -> dict:

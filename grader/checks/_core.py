@@ -39,6 +39,7 @@ from coursekit.probe import collect, get_driver
 from coursekit.protocol import Raised, Unsupported
 
 from ..wire import decode_payload  # (the wire knows nothing of the checks: no cycle)
+from . import _localise  # (it imports _core inside its functions only)
 
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
@@ -258,8 +259,14 @@ class Spec:
     # mutant name, with the reason why: (name, reason) pairs. Every other mutant must be
     # rejected on every seed.
     equivalent: tuple[tuple[str, str], ...] = ()
+    # A module exercise: the submodules its docstring names ("layers.*.norm1": * is an index),
+    # hooked on diagnostic questions to localise a mistake no catalogued one explains
+    # (grader.checks._localise, read by _describe).
+    submodules: tuple[str, ...] = ()
 
     def __post_init__(self):
+        if self.submodules and not any(p.name == _localise.NAME for p in self.probes):
+            object.__setattr__(self, "probes", self.probes + (_localise.probe(self),))
         if self.driver is not None:
             try:
                 get_driver(self.driver)
@@ -409,9 +416,12 @@ class Case:
         return True
 
     def findings(self) -> "Findings":
-        """What the probes found (read once, when asked)."""
+        """What the probes found (read once, when asked), and where the module's hooks localise
+        the mistake (``Spec.submodules``)."""
         if self._found is None:
-            self._found = _read_probes(self)
+            found = _read_probes(self)
+            self._found = Findings(found.wrong, found.complete, found.right,
+                                   functools.cache(lambda: _localise.localise(self)))
         return self._found
 
 
@@ -423,6 +433,9 @@ class Findings:
     wrong: str | None = None
     complete: bool = False
     right: tuple[str, ...] = ()
+    # where a module's hooks find the first submodule, residual or norm that differs (computed
+    # when asked: grader.checks._localise)
+    where: Callable[[], str | None] = lambda: None
 
 
 def _agrees(spec: Spec, call: Call, given: object, wrong: object) -> bool:
@@ -653,6 +666,9 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
     for hint in case.spec.hints:  # (before NaN: a hint may name what a NaN comes from)
         if hint.part == part and hint.applies(got, case.call):
             raise CheckFailed(f"{what}: {hint.message}")
+    where = case.findings().where()  # (a module: the first submodule, residual or norm that differs)
+    if where:
+        raise CheckFailed(f"{what}: {where}")
     if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
         raise CheckFailed(f"{what} contains NaN or infinity where every value should be finite")
     right = case.findings().right

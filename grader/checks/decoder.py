@@ -417,6 +417,7 @@ class _FunctionalDropout(ref.DecoderLayer):
 
 DECODER_LAYER = Spec(
     id="decoder-DecoderLayer",
+    submodules=("self_attn", "multihead_attn", "norm1", "norm2", "norm3", "linear1", "linear2"),
     function="DecoderLayer",
     inputs=_layer_inputs,
     reference=ref.DecoderLayer,
@@ -578,6 +579,8 @@ class _MemoryMaskDropped(ref.Decoder):
 
 DECODER = Spec(
     id="decoder-Decoder",
+    submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.multihead_attn", "layers.*.norm1", "layers.*.norm2",
+                "layers.*.norm3", "layers.*.linear1", "layers.*.linear2"),
     function="Decoder",
     depends=("decoder-DecoderLayer", "decoder-decoder_self_mask"),  # its solution calls them
     inputs=_stack_inputs,

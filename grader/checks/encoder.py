@@ -573,6 +573,7 @@ _MODULE_DIAGNOSED = (
 
 ENCODER_LAYER = Spec(
     id="encoder-EncoderLayer",
+    submodules=("self_attn", "norm1", "linear1", "linear2", "norm2"),
     function="EncoderLayer",
     depends=("encoder-sublayer_connection",),  # its solution calls them
     inputs=_layer_inputs,
@@ -675,6 +676,8 @@ class _SharedLayers(ref.Encoder):
 
 ENCODER = Spec(
     id="encoder-Encoder",
+    submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.norm1", "layers.*.linear1", "layers.*.linear2",
+                "layers.*.norm2"),
     function="Encoder",
     depends=("encoder-EncoderLayer",),  # its solution calls them
     inputs=_encoder_inputs,

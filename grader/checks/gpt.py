@@ -135,6 +135,7 @@ class _TorchAttentionBlock(ref.Block):
 
 BLOCK = Spec(
     id="gpt-Block",
+    submodules=("attn", "norm1", "norm2", "linear1", "linear2"),
     function="Block",
     driver="gpt.block",
     inputs=_block_calls,
@@ -282,6 +283,8 @@ class _NoLengthCheck(ref.GPT):
 
 GPT = Spec(
     id="gpt-GPT",
+    submodules=("tok_embed", "pos_embed", "blocks.*", "blocks.*.attn", "blocks.*.norm1", "blocks.*.norm2",
+                "blocks.*.linear1", "blocks.*.linear2", "norm", "lm_head"),
     function="GPT",
     driver="gpt.model",
     inputs=_model_calls,

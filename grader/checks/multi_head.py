@@ -373,6 +373,7 @@ class _NoSizes(ref.MultiHeadAttention):
 
 MULTI_HEAD_ATTENTION = Spec(
     id="multi_head-MultiHeadAttention",
+    submodules=("W_q", "W_k", "W_v", "W_o"),
     function="MultiHeadAttention",
     depends=("multi_head-split_heads", "multi_head-merge_heads"),  # its solution calls them
     inputs=_module_calls,

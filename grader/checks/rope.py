@@ -300,6 +300,7 @@ class _SoftmaxOverQueries(ref.RotaryMultiHeadAttention):
 
 ROTARY_MULTI_HEAD_ATTENTION = Spec(
     id="rope-RotaryMultiHeadAttention",
+    submodules=("W_q", "W_k", "W_v", "W_o"),
     function="RotaryMultiHeadAttention",
     depends=("rope-rope_angles", "rope-apply_rope"),  # its solution calls them
     inputs=_rotary_calls,

@@ -332,6 +332,7 @@ class _NoReturn(ref.Seq2SeqGRU):
 
 SEQ2SEQ_GRU = Spec(
     id="seq2seq_rnn-Seq2SeqGRU",
+    submodules=("src_embed", "tgt_embed", "encoder", "out"),
     function="Seq2SeqGRU",
     depends=("seq2seq_rnn-additive_attention",),  # its solution calls them
     driver="seq2seq_rnn.seq2seq_model",

@@ -1,0 +1,237 @@
+"""Localisation of a module's mistake (grader/checks/_localise.py), in process.
+
+When no catalogued mistake explains a module's wrong output, the grader runs the learner's
+module and the reference on the same input, with forward hooks on the submodules the
+docstring names (kernel-side, through the exercise's driver), and names the first
+submodule, residual or norm whose tensors differ. Each learner-style mistake below is one
+that no exercise's catalogue lists; it must get its localisation on the public seed and on
+student seeds, never "the right shape but wrong values".
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from coursekit.probe import HOOKED, collect
+from grader.checks import exercise_ids, get, public_seed, questions, verdict
+from grader.checks._localise import NAME, Event, Record, compare, explain, Term
+from grader.checks.reference import decoder as ref_decoder
+from grader.checks.reference import encoder as ref_encoder
+from grader.checks.reference import multi_head as ref_mha
+from grader.checks.reference.transformer import causal_mask
+from grader.wire import decode_payload
+from tests.scope import student_seeds
+
+MHA = ref_mha.MultiHeadAttention
+SEEDS = 3
+GENERIC = ("but wrong values", "the mistake is inside a sublayer")
+
+
+def judged(exercise: str, cls: object, seed: int) -> str | None:
+    """What grading says of ``cls`` for ``seed``, through the kernel's half (collect) and the wire."""
+    asked = questions(exercise, seed)
+    payload = collect(exercise, cls, [q.call() for q in asked], get(exercise).driver)
+    return verdict(exercise, seed, decode_payload(payload, exercise))
+
+
+# ---------------------------------------------------------------- learner-style modules
+
+class Block(nn.Module):
+    """Notebook 12's Block as a learner lays it out; ``forward`` is each example's."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.attn = MHA(d_model, heads)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def attend(self, h):
+        return self.dropout(self.attn(h, h, h, causal_mask(h.shape[1]))[0])
+
+    def mlp(self, h):
+        return self.dropout(self.linear2(self.dropout(F.gelu(self.linear1(h)))))
+
+
+class BlockResidualOnNormed(Block):
+    def forward(self, x):
+        h = self.norm1(x)
+        x = h + self.attend(h)  # the residual carries norm1(x), not x
+        h = self.norm2(x)
+        return h + self.mlp(h)
+
+
+class BlockNoResidual(Block):
+    def forward(self, x):
+        x = self.attend(self.norm1(x))  # nothing added back
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockOneNorm(Block):
+    def forward(self, x):
+        x = x + self.attend(self.norm1(x))
+        return x + self.mlp(self.norm1(x))  # norm1 again, norm2 unused
+
+
+class BlockNormInsideSublayer(Block):
+    def forward(self, x):
+        x = x + self.norm1(self.attend(self.norm1(x)))  # the sublayer normalises its own output as well
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockNoActivation(Block):
+    def forward(self, x):
+        x = x + self.attend(self.norm1(x))
+        return x + self.dropout(self.linear2(self.linear1(self.norm2(x))))
+
+
+class Layer(nn.Module):
+    """Notebook 07's EncoderLayer as a learner lays it out."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def sa(self, x, padding_mask):
+        ignore = None if padding_mask is None else ~padding_mask
+        return self.dropout(self.self_attn(x, x, x, key_padding_mask=ignore, need_weights=False)[0])
+
+    def ff(self, x):
+        return self.dropout(self.linear2(self.dropout(F.relu(self.linear1(x)))))
+
+
+class LayerOneNorm(Layer):
+    def forward(self, x, padding_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), padding_mask)
+            return x + self.ff(self.norm1(x))
+        x = self.norm1(x + self.sa(x, padding_mask))
+        return self.norm1(x + self.ff(x))
+
+
+class LayerGelu(Layer):
+    def forward(self, x, padding_mask=None):
+        ff = lambda t: self.linear2(F.gelu(self.linear1(t)))  # noqa: E731
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), padding_mask)
+            return x + ff(self.norm2(x))
+        x = self.norm1(x + self.sa(x, padding_mask))
+        return self.norm2(x + ff(x))
+
+
+class DecoderLayerOneNorm(ref_decoder.DecoderLayer):
+    def norms(self):
+        return self.norm1, self.norm2, self.norm2  # norm3 never used
+
+
+class DecoderLayersReversed(ref_decoder.Decoder):
+    """The stack runs its layers last to first."""
+
+    def forward(self, tgt_in, memory, memory_padding_mask=None):
+        x, mask = self.dropout(self.inputs(tgt_in)), self.mask(tgt_in)
+        for layer in reversed(self.layers):
+            x = layer(x, memory, tgt_mask=mask, memory_padding_mask=memory_padding_mask)
+        return x
+
+
+class MHAMergeTransposed(MHA):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (ref_mha.split_heads(w(t), self.heads) for w, t in [(self.W_q, query), (self.W_k, key),
+                                                                        (self.W_v, value)])
+        if mask is not None:
+            mask = mask.unsqueeze(-3)
+        out, weights = ref_mha.scaled_dot_product_attention(q, k, v, mask)
+        batch, heads, length, d_k = out.shape
+        return self.W_o(out.transpose(2, 3).reshape(batch, length, heads * d_k)), weights  # (d_k, heads) order
+
+
+def _transformer(decode_memory):
+    """A learner's Transformer of notebook 09, with the memory its decoder layers read."""
+
+    class Transformer(nn.Module):
+        def __init__(self, src_vocab, tgt_vocab, d_model, heads, d_ff, layers, max_len, pad_id, dropout=0.0):
+            super().__init__()
+            self.d_model, self.pad_id = d_model, pad_id
+            self.src_embed = nn.Embedding(src_vocab, d_model)
+            self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+            self.register_buffer("pe", ref_encoder.sinusoidal_encoding(max_len, d_model), persistent=False)
+            self.dropout = nn.Dropout(dropout)
+            self.encoder_layers = nn.ModuleList([ref_encoder.EncoderLayer(d_model, heads, d_ff, dropout)
+                                                 for _ in range(layers)])
+            self.decoder_layers = nn.ModuleList([ref_decoder.DecoderLayer(d_model, heads, d_ff, dropout)
+                                                 for _ in range(layers)])
+            self.generator = nn.Linear(d_model, tgt_vocab)
+
+        def encode(self, src, src_mask):
+            x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:src.shape[1]])
+            for layer in self.encoder_layers:
+                x = layer(x, src_mask)
+            return x
+
+        def decode(self, memory, src_mask, tgt_in):
+            y = self.dropout(self.tgt_embed(tgt_in) * math.sqrt(self.d_model) + self.pe[:tgt_in.shape[1]])
+            mask = causal_mask(tgt_in.shape[1])
+            for layer in self.decoder_layers:
+                y = layer(y, decode_memory(y, memory), tgt_mask=mask,
+                          memory_padding_mask=None if decode_memory(y, memory) is y else src_mask)
+            return self.generator(y)
+
+        def forward(self, src, tgt_in):
+            src_mask = src != self.pad_id
+            return self.decode(self.encode(src, src_mask), src_mask, tgt_in)
+
+    return Transformer
+
+
+# (exercise, learner's module, what the diagnosis must say: each of these substrings)
+LOCALISED = {
+    "residual_on_normed": ("gpt-Block", BlockResidualOnNormed, (
+        "norm2's input differs", "norm1's output + attn's output", "should be the input x + attn's output",
+        "is the residual added to the norm's output rather than to the sublayer's input?")),
+    "no_residual": ("gpt-Block", BlockNoResidual, (
+        "norm2's input differs", "it is attn's output", "the residual is missing: the input x is not added")),
+    "one_norm_block": ("gpt-Block", BlockOneNorm, ("norm1 is called 2 times and norm2 never",
+                                                   "each sublayer has its own norm")),
+    "one_norm_layer": ("encoder-EncoderLayer", LayerOneNorm, ("norm1 is called 2 times and norm2 never",)),
+    "one_norm_decoder": ("decoder-DecoderLayer", DecoderLayerOneNorm, ("norm2 is called 2 times and norm3 never",)),
+    "norm_inside_sublayer": ("gpt-Block", BlockNormInsideSublayer, (
+        "norm2's input differs", "norm1 applied to attn's output",
+        "is norm1 applied to the sublayer's output, inside the sublayer?")),
+    "no_activation": ("gpt-Block", BlockNoActivation, (
+        "linear2's input differs", "it is linear1's output", "gelu(linear1's output)", "the activation (gelu) is missing")),
+    "other_activation": ("encoder-EncoderLayer", LayerGelu, (
+        "linear2's input differs", "it is gelu(linear1's output), where it should be relu(linear1's output)",
+        "the activation is gelu, where the docstring asks for relu")),
+    "layers_reversed": ("decoder-Decoder", DecoderLayersReversed, (
+        "layers.0's y differs", "it is layers.1's output", "which comes after this point")),
+    "transformer_self_memory": ("transformer-Transformer", _transformer(lambda y, memory: y), (
+        "decoder_layers.0's memory has shape", "it is decoder_layers.0's y (the same tensor), where it should be encoder_layers.1's output")),
+    "merge_transposed": ("multi_head-MultiHeadAttention", MHAMergeTransposed, (
+        "W_o's input differs", "W_v, W_k and W_q before it are right", "the right numbers in another arrangement")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCALISED))
+def test_a_mistake_nobody_catalogued_is_localised(name):
+    """On the public seed and on student seeds, the diagnosis names the first submodule,
+    residual or norm that differs, and how."""
+    exercise, cls, wanted = LOCALISED[name]
+    for seed in [public_seed(exercise), *student_seeds(SEEDS)]:
+        said = judged(exercise, cls, seed)
+        assert said is not None, f"{name} passed the checks of seed {seed}"
+        for words in wanted:
+            assert words in said, f"{name}, seed {seed}: {words!r} not in {said!r}"
+        assert not any(g in said for g in GENERIC), said
