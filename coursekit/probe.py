@@ -340,8 +340,8 @@ def watched(run: Any, names: list) -> tuple:
     ``*`` is an index), in the order the calls start, its tensor inputs (floating, at most 3,
     positional then keyword) and its output (the first tensor of a tuple), and the root's own.
 
-    Returns ``(present, labels, *chunks)``: the root's submodule names that match (``""`` is
-    the root), one label ``"name|start|end|inputs|outputs|training|parameters"`` per call
+    Returns ``(present, labels, *chunks)``: the root's submodules that match, as "name:class"
+    (the root first, named ""), one label ``"name|start|end|inputs|outputs|training|parameters"`` per call
     (start and end count the hooked calls' starts and ends together; parameters names the
     inputs recorded, e.g. "query,key,value"), and the tensors in chunks of
     ``MAX_ITEMS``, in label order. ``run``'s own result is dropped; its exception propagates.
@@ -410,7 +410,8 @@ def watched(run: Any, names: list) -> tuple:
         for handle in handles:
             handle.remove()
     root = state["root"]
-    present = [""] + ([n for n, _ in root.named_modules() if n and wanted.fullmatch(n)] if root is not None else [])
+    present = [f":{type(root).__name__}"] + [f"{n}:{type(m).__name__}" for n, m in
+                                              (root.named_modules() if root is not None else []) if n and wanted.fullmatch(n)]
     labels, arrays = [], []
     for name, began, ended, inputs, output, training in sorted(calls, key=lambda c: c[1]):
         if len(arrays) + len(inputs) + len(output) > MAX_HOOKED:

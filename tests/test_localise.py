@@ -235,3 +235,104 @@ def test_a_mistake_nobody_catalogued_is_localised(name):
         for words in wanted:
             assert words in said, f"{name}, seed {seed}: {words!r} not in {said!r}"
         assert not any(g in said for g in GENERIC), said
+
+
+# ---------------------------------------------------------------- the comparison itself
+
+def _event(name, start, end, inputs, output, k=0, training=False, parameters=()):
+    return Event(name, k, start, end, tuple(np.asarray(v, dtype=np.float64) for v in inputs),
+                 None if output is None else np.asarray(output, dtype=np.float64), training, parameters)
+
+
+class _Spec:
+    function = "Block"
+
+
+def _records(rng, learner_norm2=True, learner_norm_input=None, training=False):
+    """A reference record of x -> norm1 -> sublayer, and the learner's, with one thing changed."""
+    x = rng.normal(size=(2, 3, 4))
+    normed = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
+    sub = np.tanh(normed)
+    right = Record({"": "Block", "norm1": "LayerNorm", "sub": "Tanh"}, (
+        _event("", 0, 5, [x], x + sub, parameters=("x",)), _event("norm1", 1, 2, [x], normed),
+        _event("sub", 3, 4, [normed], sub)))
+    given = normed if learner_norm_input is None else learner_norm_input(x, normed, sub)
+    mine = Record({"": "Block", "norm1": "LayerNorm", **({"sub": "Tanh"} if learner_norm2 else {})}, (
+        _event("", 0, 5, [x], x + sub, parameters=("x",)), _event("norm1", 1, 2, [x], normed, training=training),
+        _event("sub", 3, 4, [given], np.tanh(given))) if learner_norm2 else (
+        _event("", 0, 3, [x], x, parameters=("x",)), _event("norm1", 1, 2, [x], normed)))
+    return mine, right
+
+
+def test_a_renamed_submodule_is_named_not_a_crash():
+    mine, right = _records(np.random.default_rng(0), learner_norm2=False)
+    said = compare(_Spec, mine, right)
+    assert said.startswith("the grader cannot find the submodule sub that the docstring names"), said
+
+
+def test_a_submodule_left_in_training_mode_is_named():
+    mine, right = _records(np.random.default_rng(1), training=True)
+    assert "norm1 is in training mode" in compare(_Spec, mine, right)
+
+
+def test_dropout_left_on_between_two_submodules_is_named():
+    keep = np.random.default_rng(2).random((2, 3, 4)) < 0.5
+    mine, right = _records(np.random.default_rng(2), learner_norm_input=lambda x, normed, sub: normed * keep * 2)
+    said = compare(_Spec, mine, right)
+    assert "sub's input differs" in said and "it is dropout of norm1's output" in said, said
+    assert "dropout is still applied in eval mode" in said, said
+
+
+def test_explain_names_sums_activations_and_nothing_it_cannot_show():
+    rng = np.random.default_rng(3)
+    a, b = Term("a", rng.normal(size=(3, 4))), Term("b", rng.normal(size=(3, 4)))
+    assert explain(a.value + b.value, [a, b])[0] == "a + b"
+    assert explain(np.maximum(b.value, 0), [a, b])[0] == "relu(b)"
+    assert explain(a.value * 3.7 + 1, [a, b]) is None
+    assert explain(a.value, [b]) is None
+
+
+def test_the_hooked_questions_leave_the_graded_ones_and_change_nothing_for_a_right_module():
+    """The localisation's questions come after every other question (the graded inputs are
+    those drawn before), and a right module answers them as the reference does."""
+    for exercise in ("gpt-Block", "encoder-EncoderLayer"):
+        spec = get(exercise)
+        assert spec.probes[-1].name == NAME
+        asked = questions(exercise, public_seed(exercise))
+        hooked = [q for q in asked if HOOKED in q.kwargs]
+        assert hooked and asked[-len(hooked):] == hooked
+    assert judged("gpt-Block", __import__("grader.checks.reference.gpt", fromlist=["Block"]).Block, 5) is None
+
+
+class _Raising(Block):
+    def forward(self, x):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+def test_a_module_that_raises_gets_its_error_and_the_hooks_stay_out_of_the_way():
+    said = judged("gpt-Block", _Raising, public_seed("gpt-Block"))
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in said, said
+    import torch.nn.modules.module as module
+    assert not module._global_forward_hooks and not module._global_forward_pre_hooks
+
+
+def test_every_module_exercise_hooks_submodules_its_reference_has():
+    """Each module exercise declares submodules, and each name matches a submodule of the
+    reference that the reference calls on the public seed's first question."""
+    from grader.checks._core import _answer_of
+    from grader.checks._localise import _record
+    for exercise in exercise_ids():
+        spec = get(exercise)
+        if not isinstance(spec.reference, type):
+            continue
+        assert spec.submodules, f"{exercise} hooks no submodule"
+        seed = public_seed(exercise)
+        call = [q for q in questions(exercise, seed) if HOOKED in q.kwargs][0]
+        record = _record(_answer_of(spec, seed, (NAME, call.what), "reference", spec.reference, call))
+        called = {e.name for e in record.events}
+        import re
+        for pattern in spec.submodules:
+            wanted = re.compile(re.escape(pattern).replace(r"\*", r"\d+"))
+            assert any(wanted.fullmatch(n) for n in record.present), f"{exercise}: no submodule {pattern}"
+            assert any(wanted.fullmatch(n) for n in called) or exercise.startswith("seq2seq"), \
+                f"{exercise}: the reference never calls {pattern}"

@@ -29,6 +29,7 @@ from coursekit.probe import HOOKED
 # differ in the last bits only; a mistake is far above this.
 RTOL, ATOL = 1e-3, 1e-4
 NAME = "localise"  # the probe's name
+MOST_TERMS = 24  # the latest terms tried three at a time
 
 _ACTIVATIONS = {
     "relu": lambda t: np.maximum(t, 0.0),
@@ -82,7 +83,10 @@ class Event:
 
 @dataclass(frozen=True)
 class Record:
-    present: tuple[str, ...]
+    """What the hooks saw: the submodules present (name -> class name; "" is the module) and
+    the calls, in the order they started."""
+
+    present: dict
     events: tuple[Event, ...]
 
     def find(self, name: str, k: int) -> Event | None:
@@ -113,7 +117,7 @@ def _record(answer: object) -> Record | None:
         k = seen[name] = seen.get(name, -1) + 1
         events.append(Event(name, k, start, end, tuple(taken[:n_in]), taken[n_in] if n_out else None,
                             bool(training), tuple(parameters.split(",")) if parameters else ()))
-    return Record(tuple(p for p in present if isinstance(p, str)), tuple(events))
+    return Record(dict(p.rpartition(":")[::2] for p in present if isinstance(p, str)), tuple(events))
 
 
 def _named(name: str) -> str:
@@ -149,10 +153,10 @@ def _dropped(t: np.ndarray, e: np.ndarray) -> bool:
 
 
 def explain(t: np.ndarray, terms: list[Term]) -> tuple[str, tuple[Term, ...]] | None:
-    """What ``t`` is, from ``terms``: one of them, an activation of one, dropout of one, the sum
-    of two (one of them possibly dropped out), or the right values rearranged. Returns
-    (words, the terms used), or None."""
-    fits = [u for u in terms if u.value.shape == t.shape]
+    """What ``t`` is, from ``terms`` (broadcast to its shape, as torch adds a (seq_len, d) table to
+    a batch): one of them, an activation of one, dropout of one, the sum of two (one of them
+    possibly dropped out), or of three. Returns (words, the terms used), or None."""
+    fits = [Term(u.words, v, u.event) for u in terms if (v := _broadcast(u.value, t.shape)) is not None]
     for u in fits:
         if _same(t, u.value):
             return u.words, (u,)
@@ -169,7 +173,22 @@ def explain(t: np.ndarray, terms: list[Term]) -> tuple[str, tuple[Term, ...]] | 
     for u, v in itertools.permutations(fits, 2):
         if _dropped(t - u.value, v.value):
             return f"{u.words} + dropout of {v.words}", (u, v)
+    for u, v, w in itertools.combinations_with_replacement(fits[-MOST_TERMS:], 3):
+        if _same(t, u.value + v.value + w.value):
+            return " + ".join(_counted([u.words, v.words, w.words])), (u, v, w)
     return None
+
+
+def _broadcast(value: np.ndarray, shape: tuple) -> np.ndarray | None:
+    try:
+        return np.broadcast_to(value, shape)
+    except ValueError:
+        return None
+
+
+def _counted(words: list[str]) -> list[str]:
+    """["a", "b", "b"] -> ["a", "2 × b"]."""
+    return [w if words.count(w) == 1 else f"{words.count(w)} × {w}" for w in dict.fromkeys(words)]
 
 
 def _terms(record: Record, before: int) -> list[Term]:
@@ -277,8 +296,9 @@ def _before(record: Record, clock: int) -> str:
                                if e.name and e.end < clock))
     if not names:
         return "the module's input is right"
-    listed = names[0] if len(names) == 1 else ", ".join(names[:min(3, len(names)) - 1]) + " and " + (
-        names[min(3, len(names)) - 1] + (" and those before" if len(names) > 3 else ""))
+    if len(names) > 3:
+        return f"{', '.join(names[:3])} and everything before them are right"
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return f"{listed} before it {'is' if len(names) == 1 else 'are'} right"
 
 
@@ -352,6 +372,20 @@ def _activation(words: str) -> str | None:
     return next((name for name in _ACTIVATIONS if words.startswith(f"{name}(")), None)
 
 
+def _inside(spec, name: str, mine: Record) -> str:
+    """Said of a difference inside a layer of a stack (``layers.0`` in ``layers.0.linear2``): the
+    layer is the learner's class, with its own check."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i].isdigit():
+            layer = ".".join(parts[:i + 1])
+            cls = mine.present.get(layer)
+            if cls and cls != spec.function:
+                return (f". This is inside {layer}. The {spec.function} uses your {cls}: make that pass its own "
+                        "checks first")
+    return ""
+
+
 def compare(spec, mine: Record, right: Record) -> str | None:
     """The first difference between the learner's record and the reference's, described; None
     if every hooked tensor agrees."""
@@ -369,7 +403,7 @@ def compare(spec, mine: Record, right: Record) -> str | None:
                 if a is None:
                     return f"{ours.label} returns no tensor; it should return one"
                 return _difference(spec, kind, i, event, a, b, mine, right, clock,
-                                   ours.start if kind == "input" else ours.end)
+                                   ours.start if kind == "input" else ours.end) + _inside(spec, event.name, mine)
     return None
 
 
