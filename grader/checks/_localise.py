@@ -51,14 +51,19 @@ def _erf(t: np.ndarray) -> np.ndarray:
 def probe(spec) -> object:
     """The diagnostic questions of ``spec`` (a :class:`~grader.checks._core.Probe`): its
     ``inputs`` drawn again, each graded call with the hooked names added (calls that must
-    raise are skipped). ``Call.what`` holds the graded call's index: it is never shown."""
+    raise are skipped). ``Call.what`` tags the graded call it goes with: it is never shown."""
     from ._core import Probe
 
     def calls(rng: np.random.Generator) -> list:
-        return [replace(call, kwargs={**call.kwargs, HOOKED: list(spec.submodules)}, what=str(i))
+        return [replace(call, kwargs={**call.kwargs, HOOKED: list(spec.submodules)}, what=_tag(i))
                 for i, call in enumerate(spec.inputs(rng)) if not call.raises]
 
     return Probe(NAME, calls)
+
+
+def _tag(index: int | None) -> str:
+    """The ``Call.what`` of the hooked question that goes with graded call ``index`` (never shown)."""
+    return f"(hooked, as graded call {index})"
 
 
 # ------------------------------------------------------------------ the records
@@ -419,7 +424,7 @@ def localise(case) -> str | None:
         return None
     from ._core import _answer_of, _one_thread, _quiet
 
-    asked.sort(key=lambda pair: pair[0].what != str(case.index))
+    asked.sort(key=lambda pair: pair[0].what != _tag(case.index))
     for i, (call, answer) in enumerate(asked):
         mine = _record(answer)
         if mine is None:
