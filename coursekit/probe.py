@@ -331,6 +331,7 @@ def collect(exercise_id: str, fn: Any, questions: list, driver: str | None = Non
 # whose tensors differ (grader.checks._localise). Only data leaves the kernel.
 
 HOOKED = "__hooked__"  # the keyword of a hooked question: the submodule names (``*`` = any index)
+TRUNCATED = "|truncated"  # the last of ``present`` when calls were left out (no name holds a "|")
 MAX_HOOKED = 14 * MAX_ITEMS  # tensors recorded: the answer is (present, labels, 14 chunks at most)
 
 
@@ -341,7 +342,8 @@ def watched(run: Any, names: list) -> tuple:
     positional then keyword) and its output (the first tensor of a tuple), and the root's own.
 
     Returns ``(present, labels, *chunks)``: the root's submodules that match, as "name:class"
-    (the root first, named ""), one label ``"name|start|end|inputs|outputs|training|parameters"`` per call
+    (the root first, named "", then ``TRUNCATED`` if calls past ``MAX_HOOKED`` tensors were left
+    out), one label ``"name|start|end|inputs|outputs|training|parameters"`` per call
     (start and end count the hooked calls' starts and ends together; parameters names the
     inputs recorded, e.g. "query,key,value"), and the tensors in chunks of
     ``MAX_ITEMS``, in label order. ``run``'s own result is dropped; its exception propagates.
@@ -410,11 +412,12 @@ def watched(run: Any, names: list) -> tuple:
         for handle in handles:
             handle.remove()
     root = state["root"]
-    present = [f":{type(root).__name__}"] + [f"{n}:{type(m).__name__}" for n, m in
-                                              (root.named_modules() if root is not None else []) if n and wanted.fullmatch(n)]
+    subs = root.named_modules() if root is not None else []
+    present = [f":{type(root).__name__}"] + [f"{n}:{type(m).__name__}" for n, m in subs if n and wanted.fullmatch(n)]
     labels, arrays = [], []
     for name, began, ended, inputs, output, training in sorted(calls, key=lambda c: c[1]):
         if len(arrays) + len(inputs) + len(output) > MAX_HOOKED:
+            present.append(TRUNCATED)
             break
         labels.append(f"{name}|{began}|{ended}|{len(inputs)}|{len(output)}|{int(training)}|"
                       + ",".join(n for n, _ in inputs))

@@ -203,22 +203,24 @@ LOCALISED = {
         "is the residual added to the norm's output rather than to the sublayer's input?")),
     "no_residual": ("gpt-Block", BlockNoResidual, (
         "norm2's input differs", "it is attn's output", "the residual is missing: the input x is not added")),
-    "one_norm_block": ("gpt-Block", BlockOneNorm, ("norm1 is called 2 times and norm2 never",
+    "one_norm_block": ("gpt-Block", BlockOneNorm, ("norm1 is called twice and norm2 never",
                                                    "each sublayer has its own norm")),
-    "one_norm_layer": ("encoder-EncoderLayer", LayerOneNorm, ("norm1 is called 2 times and norm2 never",)),
-    "one_norm_decoder": ("decoder-DecoderLayer", DecoderLayerOneNorm, ("norm2 is called 2 times and norm3 never",)),
+    "one_norm_layer": ("encoder-EncoderLayer", LayerOneNorm, ("norm1 is called twice and norm2 never",)),
+    "one_norm_decoder": ("decoder-DecoderLayer", DecoderLayerOneNorm, ("norm2 is called twice and norm3 never",)),
     "norm_inside_sublayer": ("gpt-Block", BlockNormInsideSublayer, (
         "norm2's input differs", "norm1 applied to attn's output",
         "is norm1 applied to the sublayer's output, inside the sublayer?")),
     "no_activation": ("gpt-Block", BlockNoActivation, (
-        "linear2's input differs", "it is linear1's output", "gelu(linear1's output)", "the activation (gelu) is missing")),
+        "linear2's input differs", "it is linear1's output", "gelu(linear1's output)",
+        "the activation (gelu) is missing")),
     "other_activation": ("encoder-EncoderLayer", LayerGelu, (
         "linear2's input differs", "it is gelu(linear1's output), where it should be relu(linear1's output)",
         "the activation is gelu, where the docstring asks for relu")),
     "layers_reversed": ("decoder-Decoder", DecoderLayersReversed, (
         "layers.0's y differs", "it is layers.1's output", "which comes after this point")),
     "transformer_self_memory": ("transformer-Transformer", _transformer(lambda y, memory: y), (
-        "decoder_layers.0's memory has shape", "it is decoder_layers.0's y (the same tensor), where it should be encoder_layers.1's output")),
+        "decoder_layers.0's memory has shape",
+        "it is decoder_layers.0's y (the same tensor), where it should be encoder_layers.1's output")),
     "merge_transposed": ("multi_head-MultiHeadAttention", MHAMergeTransposed, (
         "W_o's input differs", "W_v, W_k and W_q before it are right", "the right numbers in another arrangement")),
 }

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from coursekit.probe import HOOKED
+from coursekit.probe import HOOKED, TRUNCATED
 
 # Tensors taken as the same: intermediate float32 tensors of two valid implementations
 # differ in the last bits only; a mistake is far above this.
@@ -93,6 +93,7 @@ class Record:
 
     present: dict
     events: tuple[Event, ...]
+    truncated: bool = False  # calls past the kernel's limit were left out
 
     def find(self, name: str, k: int) -> Event | None:
         return next((e for e in self.events if e.name == name and e.k == k), None)
@@ -122,7 +123,8 @@ def _record(answer: object) -> Record | None:
         k = seen[name] = seen.get(name, -1) + 1
         events.append(Event(name, k, start, end, tuple(taken[:n_in]), taken[n_in] if n_out else None,
                             bool(training), tuple(parameters.split(",")) if parameters else ()))
-    return Record(dict(p.rpartition(":")[::2] for p in present if isinstance(p, str)), tuple(events))
+    named = [p for p in present if isinstance(p, str) and p != TRUNCATED]
+    return Record(dict(p.rpartition(":")[::2] for p in named), tuple(events), TRUNCATED in present)
 
 
 def _named(name: str) -> str:
@@ -232,7 +234,8 @@ def _points(record: Record) -> list[tuple[int, str, Event]]:
     return sorted(points, key=lambda p: p[0])
 
 
-def _randomness(mine: Event, right: Event, what: str) -> str | None:
+def _training(mine: Event, right: Event) -> str | None:
+    """A submodule left in training mode (the module itself is in eval mode)."""
     if mine.training and not right.training:
         return (f"{mine.label} is in training mode (its .training is True) while the module is in eval mode: "
                 "do not call .train() in forward or __init__; .eval() must reach every submodule")
@@ -240,19 +243,24 @@ def _randomness(mine: Event, right: Event, what: str) -> str | None:
 
 
 def _missing(mine: Record, right: Record, event: Event) -> str:
-    """Why the learner's module has no call ``event.k`` of ``event.name``."""
+    """Why the learner's module has no call ``event.k`` of ``event.name``: the submodule is not
+    there (renamed), another one of its kind is called in its place, or it is called less often."""
     name = event.name
     if name not in mine.present:
         return (f"the grader cannot find the submodule {name} that the docstring names (it hooks your module's "
                 "submodules by name): keep the skeleton's attribute names")
-    extra = [n for n in right.present if n and n != name and mine.count(n) > right.count(n)]
+    extra = [n for n in right.present if n and n != name and mine.count(n) > right.count(n)
+             and mine.present.get(n) == mine.present.get(name)]
     if extra:
-        other = extra[0]
-        return (f"{other} is called {mine.count(other)} times and {name} {mine.count(name) or 'never'}"
-                f"{' times' if mine.count(name) else ''}: the same module serves two places where each has its "
-                f"own; use {name} where the reference does (each sublayer has its own norm, with its own weights)")
-    return f"{name} is called {mine.count(name) or 'never'}{' times' if mine.count(name) else ''}; it should be " \
-           f"called {right.count(name)} time{'s' if right.count(name) > 1 else ''}"
+        other, own = extra[0], ("norm" if _normalises(name) else "submodule")
+        return (f"{other} is called {_times(mine.count(other))} and {name} {_times(mine.count(name))}: the same "
+                f"{mine.present.get(name)} serves two places where each has its own; use {name} where the "
+                f"docstring asks for it (each sublayer has its own {own}, with its own weights)")
+    return f"{name} is called {_times(mine.count(name))}; it should be called {_times(right.count(name))}"
+
+
+def _times(n: int) -> str:
+    return {0: "never", 1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 def _input_words(event: Event, i: int) -> str:
@@ -337,7 +345,7 @@ def _why(ours: tuple, theirs: tuple, event: Event, right: Record) -> str:
              and (right.find(t.event.name, t.event.k) or t.event).start > event.start]
     if later:
         said = f"it uses {later[0].label}, which comes after this point in the docstring's order of computation"
-        if _normalises(later[0].name, right) or _normalises(event.name, right):
+        if _normalises(later[0].name) or _normalises(event.name):
             said += (": are the norms placed as asked? Pre-norm is x + sublayer(norm(x)), post-norm "
                      "norm(x + sublayer(x))")
         notes.append(said)
@@ -364,10 +372,10 @@ def _is_sublayer(name: str, record: Record) -> bool:
     """A hooked submodule that holds no other hooked one (a layer of a stack holds some) and is
     not one of the module's norms (the reference calls it on the residual stream's tensors)."""
     inner = any(e.name.startswith(f"{name}.") for e in record.events)
-    return bool(name) and not inner and not _normalises(name, record)
+    return bool(name) and not inner and not _normalises(name)
 
 
-def _normalises(name: str, record: Record) -> bool:
+def _normalises(name: str) -> bool:
     """A norm, by the names the course gives its norms (norm, norm1, ..., ln_f)."""
     return name.split(".")[-1].startswith(("norm", "ln"))
 
@@ -397,8 +405,8 @@ def compare(spec, mine: Record, right: Record) -> str | None:
     for clock, kind, event in _points(right):
         ours = mine.find(event.name, event.k)
         if ours is None:
-            return _missing(mine, right, event)
-        said = _randomness(ours, event, kind)
+            return None if mine.truncated else _missing(mine, right, event)
+        said = _training(ours, event)
         if said:
             return said
         pairs = list(enumerate(zip(ours.inputs, event.inputs))) if kind == "input" else \

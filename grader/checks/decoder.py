@@ -579,8 +579,8 @@ class _MemoryMaskDropped(ref.Decoder):
 
 DECODER = Spec(
     id="decoder-Decoder",
-    submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.multihead_attn", "layers.*.norm1", "layers.*.norm2",
-                "layers.*.norm3", "layers.*.linear1", "layers.*.linear2"),
+    submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.multihead_attn", "layers.*.norm1",
+                "layers.*.norm2", "layers.*.norm3", "layers.*.linear1", "layers.*.linear2"),
     function="Decoder",
     depends=("decoder-DecoderLayer", "decoder-decoder_self_mask"),  # its solution calls them
     inputs=_stack_inputs,

@@ -233,7 +233,10 @@ def _judge_model(case: Case) -> None:
 TRANSFORMER = Spec(
     id="transformer-Transformer",
     submodules=("src_embed", "tgt_embed", "encoder_layers.*", "decoder_layers.*", "generator",
-                *(f"{stack}.*.{name}" for stack, names in [("encoder_layers", ("self_attn", "norm1", "linear1", "linear2", "norm2")), ("decoder_layers", ("self_attn", "multihead_attn", "norm1", "norm2", "norm3", "linear1", "linear2"))] for name in names)),
+                "encoder_layers.*.self_attn", "encoder_layers.*.norm1", "encoder_layers.*.linear1",
+                "encoder_layers.*.linear2", "encoder_layers.*.norm2", "decoder_layers.*.self_attn",
+                "decoder_layers.*.multihead_attn", "decoder_layers.*.norm1", "decoder_layers.*.norm2",
+                "decoder_layers.*.norm3", "decoder_layers.*.linear1", "decoder_layers.*.linear2"),
     function="Transformer",
     driver="transformer.model",
     inputs=_model_calls,
