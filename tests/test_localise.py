@@ -132,9 +132,34 @@ class LayerGelu(Layer):
         return self.norm2(x + ff(x))
 
 
+class LayerSequenceFirst(Layer):
+    """nn.MultiheadAttention built without batch_first=True: it reads axis 0 as the sequence."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, heads, d_ff, dropout, norm_first)
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout)
+
+    def forward(self, x, padding_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), padding_mask)
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.sa(x, padding_mask))
+        return self.norm2(x + self.ff(x))
+
+
 class DecoderLayerOneNorm(ref_decoder.DecoderLayer):
     def norms(self):
         return self.norm1, self.norm2, self.norm2  # norm3 never used
+
+
+class EncoderPositionsSubtracted(ref_encoder.Encoder):
+    """The stack's input: the positional encoding subtracted from the scaled embeddings."""
+
+    def forward(self, src):
+        x = self.dropout(self.embed(src) * math.sqrt(self.d_model) - self.pe[:src.shape[1]])
+        for layer in self.layers:
+            x = layer(x, src != self.pad_id)
+        return x
 
 
 class DecoderLayersReversed(ref_decoder.Decoder):
@@ -216,11 +241,19 @@ LOCALISED = {
     "other_activation": ("encoder-EncoderLayer", LayerGelu, (
         "linear2's input differs", "it is gelu(linear1's output), where it should be relu(linear1's output)",
         "the activation is gelu, where the docstring asks for relu")),
+    "stack_input": ("encoder-Encoder", EncoderPositionsSubtracted, (
+        "layers.0's input differs, while embed before it is right",)),
+    "layers_inside": ("decoder-Decoder", type("Decoder", (ref_decoder.Decoder,), {"layer": DecoderLayerOneNorm}), (
+        "layers.0.norm2 is called twice and layers.0.norm3 never",
+        "This is inside layers.0. The Decoder uses your DecoderLayer")),
     "layers_reversed": ("decoder-Decoder", DecoderLayersReversed, (
         "layers.0's y differs", "it is layers.1's output", "which comes after this point")),
     "transformer_self_memory": ("transformer-Transformer", _transformer(lambda y, memory: y), (
         "decoder_layers.0's memory has shape",
         "it is decoder_layers.0's y (the same tensor), where it should be encoder_layers.1's output")),
+    "sequence_first": ("encoder-EncoderLayer", LayerSequenceFirst, (
+        "self_attn's output differs, though its inputs query, key, value are right",
+        "a MultiheadAttention: its constructor's arguments")),
     "merge_transposed": ("multi_head-MultiHeadAttention", MHAMergeTransposed, (
         "W_o's input differs", "W_v, W_k and W_q before it are right", "the right numbers in another arrangement")),
 }
@@ -237,6 +270,8 @@ def test_a_mistake_nobody_catalogued_is_localised(name):
         for words in wanted:
             assert words in said, f"{name}, seed {seed}: {words!r} not in {said!r}"
         assert not any(g in said for g in GENERIC), said
+        # (a layer's own check is blamed only for what happens inside the layer)
+        assert ("make that pass its own checks first" in said) == (name == "layers_inside"), said
 
 
 # ---------------------------------------------------------------- the comparison itself

@@ -256,7 +256,9 @@ def _missing(mine: Record, right: Record, event: Event) -> str:
         return (f"{other} is called {_times(mine.count(other))} and {name} {_times(mine.count(name))}: the same "
                 f"{mine.present.get(name)} serves two places where each has its own; use {name} where the "
                 f"docstring asks for it (each sublayer has its own {own}, with its own weights)")
-    return f"{name} is called {_times(mine.count(name))}; it should be called {_times(right.count(name))}"
+    count = mine.count(name)
+    return (f"{name} is {'never called' if not count else f'called {_times(count)}'}; it should be called "
+            f"{_times(right.count(name))}")
 
 
 def _times(n: int) -> str:
@@ -276,7 +278,8 @@ def _input_words(event: Event, i: int) -> str:
 def _difference(spec, kind: str, i: int | None, event: Event, mine_t: np.ndarray, right_t: np.ndarray,
                 mine: Record, right: Record, clock: int, mine_clock: int) -> str:
     """The first tensor that differs, named, with what each side's is made of."""
-    where = (_input_words(event, i) if kind == "input"
+    where = (_input_words(_call(mine, event) if len(_call(mine, event).parameters) == len(event.parameters)
+                          else event, i) if kind == "input"
              else f"the output of {spec.function}" if not event.name else f"{event.label}'s output")
     theirs = explain(right_t, _terms(right, clock))
     siblings = [Term(f"{_input_words(_call(mine, event), j)} (the same tensor)", value, None)
@@ -286,8 +289,12 @@ def _difference(spec, kind: str, i: int | None, event: Event, mine_t: np.ndarray
         said = f"{where} has shape {mine_t.shape}; it should have {right_t.shape}"
     elif kind == "output" and event.name and all(_same(a, b) for a, b in zip(_call(mine, event).inputs,
                                                                               event.inputs)):
-        return (f"{where} differs, though its input is right: {event.label} itself computes something else"
-                + (f" (it returns {ours[0]})" if ours and theirs is None else ""))
+        inputs = "its input is" if len(event.inputs) == 1 else f"its inputs {', '.join(event.parameters)} are"
+        return (f"{where} differs, though {inputs} right"
+                + (f" (it returns {ours[0]})" if ours and theirs is None else "")
+                + f": what else {event.label} is given (a mask, a flag) or how it is built (a "
+                  f"{mine.present.get(event.name, 'module')}: its constructor's arguments, e.g. batch_first) "
+                  "differs; if it is a class of yours, look at its forward")
     else:
         said = f"{where} differs, while {_before(right, clock)}"
     found = ([f"it is {ours[0]}"] if ours else []) + ([f"{'where it' if ours else 'it'} should be {theirs[0]}"]
@@ -305,8 +312,10 @@ def _difference(spec, kind: str, i: int | None, event: Event, mine_t: np.ndarray
 
 def _before(record: Record, clock: int) -> str:
     """The submodules found right before the clock, the latest first (at most three named)."""
-    names = list(dict.fromkeys(e.name for e in sorted(record.events, key=lambda e: -e.end)
-                               if e.name and e.end < clock))
+    names: list[str] = []
+    for e in sorted(record.events, key=lambda e: -e.end):
+        if e.name and e.end < clock and not any(e.name == n or e.name.startswith(f"{n}.") for n in names):
+            names.append(e.name)
     if not names:
         return "the module's input is right"
     if len(names) > 3:
@@ -385,12 +394,13 @@ def _activation(words: str) -> str | None:
     return next((name for name in _ACTIVATIONS if words.startswith(f"{name}(")), None)
 
 
-def _inside(spec, name: str, mine: Record) -> str:
-    """Said of a difference inside a layer of a stack (``layers.0`` in ``layers.0.linear2``): the
-    layer is the learner's class, with its own check."""
+def _inside(spec, name: str, kind: str, mine: Record) -> str:
+    """Said of a difference inside a layer of a stack (``layers.0`` in ``layers.0.linear2``, or
+    the layer's output when its input is right): the layer is the learner's class, with its
+    own check. A layer's input is the stack's business."""
     parts = name.split(".")
     for i in range(len(parts) - 1, 0, -1):
-        if parts[i].isdigit():
+        if parts[i].isdigit() and (i < len(parts) - 1 or kind != "input"):
             layer = ".".join(parts[:i + 1])
             cls = mine.present.get(layer)
             if cls and cls != spec.function:
@@ -405,7 +415,7 @@ def compare(spec, mine: Record, right: Record) -> str | None:
     for clock, kind, event in _points(right):
         ours = mine.find(event.name, event.k)
         if ours is None:
-            return None if mine.truncated else _missing(mine, right, event)
+            return None if mine.truncated else _missing(mine, right, event) + _inside(spec, event.name, "call", mine)
         said = _training(ours, event)
         if said:
             return said
@@ -416,7 +426,7 @@ def compare(spec, mine: Record, right: Record) -> str | None:
                 if a is None:
                     return f"{ours.label} returns no tensor; it should return one"
                 return _difference(spec, kind, i, event, a, b, mine, right, clock,
-                                   ours.start if kind == "input" else ours.end) + _inside(spec, event.name, mine)
+                                   ours.start if kind == "input" else ours.end) + _inside(spec, event.name, kind, mine)
     return None
 
 
