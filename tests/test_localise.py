@@ -373,3 +373,13 @@ def test_every_module_exercise_hooks_submodules_its_reference_has():
             assert any(wanted.fullmatch(n) for n in record.present), f"{exercise}: no submodule {pattern}"
             assert any(wanted.fullmatch(n) for n in called) or exercise.startswith("seq2seq"), \
                 f"{exercise}: the reference never calls {pattern}"
+
+
+def test_the_first_tensor_holding_nan_is_named():
+    """NaN from a submodule (here the learner's own norm dividing by a zero spread) is named where
+    it first appears, not at the output."""
+    with np.errstate(all="ignore"):
+        mine, right = _records(np.random.default_rng(4), learner_norm_input=lambda x, normed, sub: normed / 0.0)
+        said = compare(_Spec, mine, right)
+    assert said.startswith("sub's input is the first tensor the hooks see holding NaN or infinity"), said
+    assert "norm1 before it is right" in said, said

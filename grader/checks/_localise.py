@@ -277,19 +277,23 @@ def _input_words(event: Event, i: int) -> str:
 
 def _difference(spec, kind: str, i: int | None, event: Event, mine_t: np.ndarray, right_t: np.ndarray,
                 mine: Record, right: Record, clock: int, mine_clock: int) -> str:
-    """The first tensor that differs, named, with what each side's is made of."""
-    where = (_input_words(_call(mine, event) if len(_call(mine, event).parameters) == len(event.parameters)
-                          else event, i) if kind == "input"
-             else f"the output of {spec.function}" if not event.name else f"{event.label}'s output")
+    """The first tensor that differs, named (by the learner's parameter names), with what each
+    side's is made of."""
+    call = _call(mine, event)
+    if kind == "output":
+        where = f"{event.label}'s output" if event.name else f"the output of {spec.function}"
+    else:
+        where = _input_words(call if len(call.parameters) == len(event.parameters) else event, i)
+    if mine_t.shape == right_t.shape and not np.all(np.isfinite(mine_t)) and np.all(np.isfinite(right_t)):
+        return f"{where} is the first tensor the hooks see holding NaN or infinity, while {_before(right, clock)}"
     theirs = explain(right_t, _terms(right, clock))
-    siblings = [Term(f"{_input_words(_call(mine, event), j)} (the same tensor)", value, None)
-                for j, value in enumerate(_call(mine, event).inputs) if kind == "input" and j != i]
+    siblings = [Term(f"{_input_words(call, j)} (the same tensor)", value, None)
+                for j, value in enumerate(call.inputs) if kind == "input" and j != i]
     ours = explain(mine_t, _terms(mine, mine_clock) + siblings)
     if mine_t.shape != right_t.shape:
         said = f"{where} has shape {mine_t.shape}; it should have {right_t.shape}"
-    elif kind == "output" and event.name and all(_same(a, b) for a, b in zip(_call(mine, event).inputs,
-                                                                              event.inputs)):
-        inputs = "its input is" if len(event.inputs) == 1 else f"its inputs {', '.join(event.parameters)} are"
+    elif kind == "output" and event.name and all(_same(a, b) for a, b in zip(call.inputs, event.inputs)):
+        inputs = "its input is" if len(event.inputs) == 1 else f"its inputs {', '.join(call.parameters)} are"
         return (f"{where} differs, though {inputs} right"
                 + (f" (it returns {ours[0]})" if ours and theirs is None else "")
                 + f": what else {event.label} is given (a mask, a flag) or how it is built (a "
