@@ -328,7 +328,9 @@ def test_the_scratch_encoder_layer_is_right():
      ("two mistakes at once", "the padding mask is inverted", "the feed-forward sublayer adds its own residual")),
     ({"inside_ffn_residual": True, "activation": F.gelu},
      ("the feed-forward sublayer adds its own residual", "Something else differs as well")),
-    ({"activation": F.gelu}, ("but wrong values", "the residual connections and norms are right")),
+    # (the connections are right: the hooks on the submodules locate the activation, grader/checks/_localise.py)
+    ({"activation": F.gelu}, ("linear2's input differs", "it is gelu(linear1's output), where it should be "
+                              "relu(linear1's output)")),
 ])
 def test_residuals_and_norms_are_located_in_an_encoder_layer(wrong, words):
     assert_named("encoder-EncoderLayer", scratch_layer(**wrong), *words)
