@@ -17,10 +17,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grader.checks import CheckFailed, check
+from grader.checks import CheckFailed, check, exercise_ids, get
+from grader.checks._core import public_seed
 from grader.checks.reference import gpt as ref
-from tests.check_cases import shared_tests
+from tests.check_cases import indistinct_mistakes, shared_tests, unexercised_rules
 from tests.conftest import solution_namespace
+from tests.scope import student_seeds
 
 NS = solution_namespace("12_gpt")
 MultiHeadAttention = NS["MultiHeadAttention"]
@@ -447,6 +449,77 @@ def beam_per_beam_top1(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0
     return torch.tensor(seq), score
 
 
+def _search(model, prompt, beam_size, max_new_tokens, eos_id):
+    """A learner's search loop (right): the finished and the alive hypotheses, and the steps it ran."""
+    beams, done, steps = [(prompt.tolist(), 0.0)], [], 0
+    with torch.no_grad():
+        for steps in range(1, max_new_tokens + 1):
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in beams]))[:, -1].double(), -1)
+            cands = sorted(((sc + logp[i, v].item(), s + [v]) for i, (s, sc) in enumerate(beams)
+                            for v in range(logp.shape[1])), reverse=True)[:beam_size]
+            beams = []
+            for sc, s in cands:
+                (done if s[-1] == eos_id else beams).append((s, sc))
+            if not beams:
+                break
+    return done, beams, steps
+
+
+def beam_rank_raw(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Ranks the final hypotheses by their summed log-probability; the penalty only on the winner's score
+    (a real bug that got full marks: issue 33)."""
+    done, beams, _ = _search(model, prompt, beam_size, max_new_tokens, eos_id)
+    seq, score = max(done + beams, key=lambda h: h[1])
+    n = len(seq) - len(prompt)
+    return torch.tensor(seq[len(prompt):]), score / ((5 + n) / 6) ** alpha
+
+
+def beam_one_penalty(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Normalises every hypothesis by the penalty of the steps run (the longest length)."""
+    done, beams, steps = _search(model, prompt, beam_size, max_new_tokens, eos_id)
+    lp = ((5 + steps) / 6) ** alpha
+    seq, score = max(((s, sc / lp) for s, sc in done + beams), key=lambda h: h[1])
+    return torch.tensor(seq[len(prompt):]), score
+
+
+def beam_extends_finished(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Records a hypothesis when it reaches EOS, but leaves it among the beams, where it keeps growing."""
+    beams, done = [(prompt.tolist(), 0.0)], []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in beams]))[:, -1].double(), -1)
+            total = torch.tensor([sc for _, sc in beams], dtype=torch.float64)[:, None] + logp
+            values, idx = total.flatten().topk(min(beam_size, total.numel()))
+            grown = []
+            for val, i in zip(values.tolist(), idx.tolist()):
+                b, v = divmod(i, logp.shape[1])
+                grown.append((beams[b][0] + [v], val))
+                if v == eos_id:
+                    done.append(grown[-1])
+            beams = grown
+    n = len(prompt)
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in done + beams), key=lambda h: h[1])
+    return torch.tensor(seq[n:]), score
+
+
+def beam_finished_stay(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Finished hypotheses stay in the beam (not extended) and compete for its places."""
+    beams = [(prompt.tolist(), 0.0)]
+    n = len(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            finished = [(s, sc) for s, sc in beams if len(s) > n and s[-1] == eos_id]
+            alive = [h for h in beams if h not in finished]
+            if not alive:
+                break
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in alive]))[:, -1].double(), -1)
+            cands = finished + [(s + [v], sc + logp[i, v].item()) for i, (s, sc) in enumerate(alive)
+                                for v in range(logp.shape[1])]
+            beams = sorted(cands, key=lambda h: -h[1])[:beam_size]
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in beams), key=lambda h: h[1])
+    return torch.tensor(seq[n:]), score
+
+
 MISTAKES = {
     "gpt-Block": [
         (StubModule, "not answered yet"),
@@ -500,6 +573,10 @@ MISTAKES = {
         (lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6: None, "is a `return` missing?"),
         (beam_greedy, "another hypothesis than beam search finds"),
         (beam_per_beam_top1, "another hypothesis than beam search finds"),
+        (beam_rank_raw, "divides only the winner's by the length penalty"),
+        (beam_one_penalty, "one length penalty, that of the longest"),
+        (beam_extends_finished, "recorded as finished but also stays among the beams"),
+        (beam_finished_stay, "stays in the beam and takes one of its beam_size places"),
     ],
 }
 
@@ -567,3 +644,22 @@ def test_a_model_with_torch_s_attention_is_told_what_to_create():
     with pytest.raises(CheckFailed) as failure:
         check("gpt-GPT", TorchAttention)
     assert "self.attn = MultiHeadAttention(d_model, heads)" in str(failure.value)
+
+
+RULE_SEEDS = student_seeds(8)
+
+
+@pytest.mark.parametrize("exercise", [e for e in exercise_ids("gpt") if get(e).rules])
+def test_every_rule_of_the_docstring_is_exercised_on_every_seed(exercise):
+    """An input set that never tests a rule cannot reject a learner who ignores it (issue 33: a beam
+    search ranking by the raw score got full marks on every student seed)."""
+    for seed in (public_seed(exercise), *RULE_SEEDS):
+        assert unexercised_rules(exercise, seed) == [], seed
+
+
+@pytest.mark.parametrize("exercise", exercise_ids("gpt"))
+def test_every_two_catalogued_mistakes_differ_on_some_call_of_every_seed(exercise):
+    """Else a diagnosis that names one of them is a coincidence (issue 33: a finished hypothesis kept in the
+    beam was told its penalty formula is wrong)."""
+    for seed in (public_seed(exercise), *RULE_SEEDS):
+        assert indistinct_mistakes(exercise, seed) == [], seed

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Spec, _explain_raised, catalogued,
-                    judge_case, to_array, value)
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _explain_raised,
+                    catalogued, judge_case, to_array, value)
 from .reference import gpt as ref
 from .reference.multi_head import merge_heads, scaled_dot_product_attention, split_heads
 from .transformer import _tokens, draw_weights
@@ -771,7 +771,36 @@ def _beam_calls(rng: np.random.Generator) -> list[Call]:
         what = (f"beam_search(model, prompt of {len(prompt)} token(s), beam_size={beam}, max_new_tokens={steps}, "
                 f"eos_id={eos}, alpha={alpha}) on a stand-in model")
         asked.append(Call((table, np.array(prompt, dtype=np.int64), beam, steps, eos, alpha), what=what))
+    asked += [_finishing_trap(rng, 2), _finishing_trap(rng, 3)]
     return asked
+
+
+def _log_probabilities(vocab: int, rows: dict) -> np.ndarray:
+    """A (vocab, vocab) table of log-probabilities (log_softmax leaves them as they are): row r
+    gives the tokens in rows[r] their probabilities and shares the rest evenly."""
+    table = np.full((vocab, vocab), 1.0 / vocab)
+    for r, chosen in rows.items():
+        table[r] = (1 - sum(chosen.values())) / (vocab - len(chosen))
+        table[r, list(chosen)] = list(chosen.values())
+    return np.log(table)
+
+
+def _finishing_trap(rng: np.random.Generator, beam_size: int) -> Call:
+    """A stand-in model where finishing at once has the best summed log-probability but not the
+    best penalised score, and where after EOS a cheap loop (EOS 3 EOS 3 ...) would score best if
+    a finished hypothesis kept growing. With beam_size 2 the winner also needs the beam's second
+    place after the prompt's continuation, which a finished hypothesis kept in the beam takes;
+    with 3 it does not, so the ranking alone is tested. Margins >= 0.1, noise 0.01."""
+    vocab, eos = 8, 2
+    table = _log_probabilities(vocab, {
+        1: {eos: 0.36, 4: 0.62},       # after the prompt: 4, or EOS (finished, the best raw score)
+        4: {6: 0.55, 7: 0.44},         # 6 is likelier, but leads nowhere: the winner goes through 7
+        7: {5: 0.97}, 5: {eos: 0.97},  # 4 7 5 EOS: the best score / ((5 + 4) / 6)
+        eos: {3: 0.97}, 3: {eos: 0.97},  # after EOS, a likely loop for a hypothesis that keeps growing
+    }) + rng.normal(scale=0.01, size=(vocab, vocab))
+    return Call((table, np.array([1], dtype=np.int64), beam_size, 5, eos, 1.0),
+                what=f"beam_search(model, prompt, beam_size={beam_size}, max_new_tokens=5, eos_id=2, alpha=1.0) on "
+                     "a stand-in model where the hypothesis with the best summed log-probability finishes first")
 
 
 def _beam_variant(finish="at_eos", final="normalized", length="generated"):
@@ -779,26 +808,54 @@ def _beam_variant(finish="at_eos", final="normalized", length="generated"):
 
     @torch.no_grad()
     def beam_search(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+        def ended(seq):
+            return len(seq) > len(prompt) and seq[-1] == eos_id
+
         alive, finished = [(prompt.tolist(), 0.0)], []
         for _ in range(max_new_tokens):
-            logp = torch.log_softmax(model(torch.tensor([s for s, _ in alive]))[:, -1].double(), -1)
-            totals = torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp
-            best = torch.topk(totals.flatten(), min(beam_size, totals.numel())).indices.tolist()
-            alive_next = []
-            for flat in best:
-                beam, token = divmod(flat, logp.shape[-1])
-                hypothesis = (alive[beam][0] + [token], totals[beam, token].item())
-                (finished if token == eos_id and finish == "at_eos" else alive_next).append(hypothesis)
-            alive = alive_next
+            frozen = [h for h in alive if finish == "stay" and ended(h[0])]   # finished, still in the beam
+            growing = [h for h in alive if h not in frozen]
+            if not growing:
+                break
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in growing]))[:, -1].double(), -1)
+            totals = torch.tensor([score for _, score in growing], dtype=torch.float64)[:, None] + logp
+            grown = [(growing[b][0] + [t], totals[b, t].item()) for b in range(len(growing))
+                     for t in range(logp.shape[-1])]
+            best = sorted(frozen + grown, key=lambda h: -h[1])[:beam_size]
+            alive = []
+            for hypothesis in best:
+                done = ended(hypothesis[0]) and hypothesis not in frozen
+                if done and finish in ("at_eos", "also_alive"):
+                    finished.append(hypothesis)
+                if not done or finish != "at_eos":
+                    alive.append(hypothesis)
             if not alive:
                 break
         start = 0 if length == "with_prompt" else len(prompt)
-        ranked = [((score if final == "raw" else score / ref.length_penalty(len(seq) - start, alpha)),
-                   seq[len(prompt):]) for seq, score in finished + alive]
-        score, tokens = max(ranked, key=lambda r: r[0])
-        return torch.tensor(tokens, dtype=torch.int64), score
+        hypotheses = finished + alive
+        longest = max(len(seq) for seq, _ in hypotheses)
+
+        def penalised(seq, score):
+            return score / ref.length_penalty((longest if final == "one_penalty" else len(seq)) - start, alpha)
+
+        rank = (lambda h: h[1]) if final in ("raw", "rank_raw") else (lambda h: penalised(*h))
+        seq, score = max(hypotheses, key=rank)
+        return torch.tensor(seq[len(prompt):], dtype=torch.int64), score if final == "raw" else penalised(seq, score)
 
     return beam_search
+
+
+def _beam_differs(other, tokens_only: bool = False):
+    """A rule's test: the reference's answer to the call differs from ``other``'s (in its tokens,
+    if ``tokens_only``), both run through the grading driver."""
+    from coursekit.drivers.gpt import beam
+
+    def exercised(call: Call) -> bool:
+        (tokens, score), (other_tokens, other_score) = (beam(fn)(*call.args) for fn in (ref.beam_search, other))
+        same = tokens.shape == other_tokens.shape and bool((tokens == other_tokens).all())
+        return not same or (not tokens_only and not np.isclose(score, other_score, rtol=1e-5, atol=1e-7))
+
+    return exercised
 
 
 def _judge_beam(case: Case) -> None:
@@ -836,15 +893,36 @@ BEAM_SEARCH = Spec(
     variant=_beam_variant,
     knobs=(
         Knob("finish", (("never", "a hypothesis that produces EOS is never finished: it stays among the beams and "
-                                  "keeps growing. Set it aside as finished when its last token is eos_id"),)),
+                                  "keeps growing. Set it aside as finished when its last token is eos_id"),
+                        ("also_alive", "a hypothesis that ends in EOS is recorded as finished but also stays among "
+                                       "the beams, where it keeps growing and takes a place: set it aside, out of "
+                                       "the beams, when its last token is eos_id"),
+                        ("stay", "a finished hypothesis (its last token eos_id) stays in the beam and takes one of "
+                                 "its beam_size places: set it aside, so that the beam keeps the best continuations "
+                                 "of the unfinished hypotheses only"))),
         Knob("final", (("raw", "it compares the summed log-probabilities without the length penalty, which favours "
-                               "short hypotheses: divide each by ((5 + n) / 6) ** alpha, n its number of new tokens"),)),
+                               "short hypotheses: divide each by ((5 + n) / 6) ** alpha, n its number of new tokens"),
+                       ("rank_raw", "it picks the hypothesis with the best summed log-probability and divides only "
+                                    "the winner's by the length penalty: rank every hypothesis by score / ((5 + n) "
+                                    "/ 6) ** alpha, which favours short ones less"),
+                       ("one_penalty", "every hypothesis is divided by one length penalty, that of the longest, which "
+                                       "leaves the ranking of the summed log-probabilities: each needs its own, "
+                                       "((5 + n) / 6) ** alpha with n its own number of new tokens"))),
         Knob("length", (("with_prompt", "the length penalty counts the prompt: n is the number of new tokens "
                                         "(EOS included), not the whole sequence"),)),
     ),
     errors=(
         Raises("{what} raised {error}", example=lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6:
                model(prompt)[beam_size]),
+    ),
+    rules=(
+        Rule("the beam_size best continuations of all beams: greedy decoding finds another hypothesis",
+             _beam_differs(lambda model, prompt, beam_size, *rest: ref.beam_search(model, prompt, 1, *rest))),
+        Rule("a finished hypothesis is set aside: kept in the beam, it takes a place another needs",
+             _beam_differs(_beam_variant(finish="stay"))),
+        Rule("a length penalty that changes the ranking", _beam_differs(_beam_variant(final="rank_raw"), True)),
+        Rule("each hypothesis is divided by the penalty of its own length",
+             _beam_differs(_beam_variant(final="one_penalty"), True)),
     ),
 )
 
