@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grader.checks import CheckFailed, check, exercise_ids, get
+from grader.course import SOLUTIONS
 from grader.checks._core import public_seed
 from grader.checks.reference import gpt as ref
 from tests.check_cases import indistinct_mistakes, shared_tests, unexercised_rules
@@ -663,3 +665,51 @@ def test_every_two_catalogued_mistakes_differ_on_some_call_of_every_seed(exercis
     beam was told its penalty formula is wrong)."""
     for seed in (public_seed(exercise), *RULE_SEEDS):
         assert indistinct_mistakes(exercise, seed) == [], seed
+
+
+# ---------------------------------------------------------------- the notebook's visible test and head maps
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def notebook_cell(grade_id: str):
+    """The code of notebook 12's cell ``grade_id`` (its hidden tests cut out), compiled."""
+    import nbformat
+
+    cells = nbformat.read(SOLUTIONS / "12_gpt" / "12_gpt.ipynb", as_version=4).cells
+    source = next(c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return compile(HIDDEN.sub("", source), grade_id, "exec")
+
+
+@pytest.mark.parametrize("block", [make_block(causal=None), make_block(causal=1)], ids=["no_mask", "one_ahead"])
+def test_the_visible_block_test_rejects_a_block_that_sees_the_future(block):
+    """Issue 33: the visible test added a constant to one position, which norm1 removes, so a Block without
+    a mask passed it. It now draws new random values there."""
+    cell = notebook_cell("gpt-Block-test")
+    exec(cell, dict(NS))                                    # the solution passes it
+    with pytest.raises(AssertionError, match="causal mask"):
+        exec(cell, {**NS, "Block": block})
+
+
+@pytest.mark.parametrize("block,sees_future", [(None, False), (make_block(causal=None), True)], ids=["solution", "no_mask"])
+def test_the_head_maps_draw_the_weights_of_the_learner_s_own_blocks(block, sees_future):
+    """Issue 33: the figure applied its own causal mask, so it showed a perfect triangle for a Block without
+    one. It now draws what each block's self.attn returned in the model's own forward."""
+    import matplotlib
+    from types import SimpleNamespace
+
+    matplotlib.use("Agg")
+    torch.manual_seed(0)
+    model = make_gpt(block=block)(11, 12, 3, 20, 2, 9).eval()
+    drawn = []
+    namespace = {**NS, "model": model, "data": {"heldout": torch.randint(1, 11, (6, 7))}, "PAD": 0,
+                 "tt": SimpleNamespace(trim=lambda ids, pad: ids), "token_name": lambda i, tokens: str(i),
+                 "bpe_tokens": None, "korean": {"heldout": ["?"] * 6}, "LAYERS": 2, "HEADS": 3,
+                 "heatmap": lambda weights, *args, **kwargs: drawn.append(weights)}
+    try:
+        exec(notebook_cell("gpt-fig-heads"), namespace)
+    finally:
+        namespace["plt"].close("all")
+    assert len(drawn) == 6
+    above_diagonal = max(float(torch.triu(w, diagonal=1).abs().max()) for w in drawn)
+    assert (above_diagonal > 1e-3) == sees_future, above_diagonal
