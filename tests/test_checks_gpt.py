@@ -26,6 +26,9 @@ from tests.check_cases import indistinct_mistakes, shared_tests, unexercised_rul
 from tests.conftest import solution_namespace
 from tests.scope import student_seeds
 
+# learners who leave out dim= get torch's warning; the tests need not print it
+pytestmark = pytest.mark.filterwarnings("ignore:Implicit dimension choice")
+
 NS = solution_namespace("12_gpt")
 MultiHeadAttention = NS["MultiHeadAttention"]
 split_heads, merge_heads = NS["split_heads"], NS["merge_heads"]
@@ -156,6 +159,13 @@ def make_gpt(block=None, positions="learned", scale=False, final_norm=True, tie=
     return Model
 
 
+class GPTLastPositionOnly(make_gpt()):
+    """forward returns the logits of the last position only, (batch, vocab_size)."""
+
+    def forward(self, ids):
+        return super().forward(ids)[:, -1]
+
+
 # ---------------------------------------------------------------- next_token_loss
 
 def loss_gather(logits, ids, pad_id):
@@ -190,6 +200,18 @@ def loss_probabilities(logits, ids, pad_id):
     """nll_loss on softmax probabilities (not their logarithm)."""
     return F.nll_loss(logits[:, :-1].softmax(-1).transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
 
+
+def loss_row_means(logits, ids, pad_id):
+    """Each sentence's mean loss, then their mean: rows have different numbers of targets."""
+    per = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id, reduction="none")
+    keep = (ids[:, 1:] != pad_id).float()
+    return ((per * keep).sum(1) / keep.sum(1)).mean()
+
+
+def loss_implicit_dim(logits, ids, pad_id):
+    """log_softmax without dim (torch picks dim 0 of a 3-d tensor, the batch axis)."""
+    logp = F.log_softmax(logits[:, :-1])
+    return F.nll_loss(logp.transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
 
 # ---------------------------------------------------------------- perplexity
 
@@ -242,6 +264,42 @@ def ppl_returns_loss(model, batches, pad_id):
                                   reduction="sum").item() for ids in batches)
     return nll / sum(int((ids[:, 1:] != pad_id).sum()) for ids in batches)
 
+
+def ppl_mean_of_perplexities(model, batches, pad_id):
+    """The mean of the batches' perplexities."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for ids in batches:
+            loss = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
+            out.append(math.exp(loss.item()))
+    return sum(out) / len(out)
+
+
+def ppl_row_means(model, batches, pad_id):
+    """The exp of the mean of every sentence's mean loss."""
+    model.eval()
+    rows = []
+    with torch.no_grad():
+        for ids in batches:
+            per = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id, reduction="none")
+            keep = (ids[:, 1:] != pad_id).float()
+            rows += ((per * keep).sum(1) / keep.sum(1)).tolist()
+    return math.exp(sum(rows) / len(rows))
+
+
+def ppl_implicit_dim(model, batches, pad_id):
+    """log_softmax without dim: over the batch axis."""
+    model.eval()
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for ids in batches:
+            logp = F.log_softmax(model(ids)[:, :-1])
+            t = ids[:, 1:]
+            keep = t != pad_id
+            nll -= logp.gather(-1, t[..., None])[..., 0][keep].sum().item()
+            n += int(keep.sum())
+    return math.exp(nll / n)
 
 # ---------------------------------------------------------------- next_token_probs
 
@@ -309,6 +367,33 @@ def probs_temperature_on_probs(logits, temperature=1.0, top_k=None, top_p=None):
 def probs_no_check(logits, temperature=1.0, top_k=None, top_p=None):
     return ref.next_token_probs(logits, temperature if temperature > 0 else 1e-9, top_k, top_p)
 
+
+def probs_batch_softmax(logits, temperature=1.0, top_k=None, top_p=None):
+    """The softmax over dim 0, the batch axis (the rest right)."""
+    if temperature <= 0:
+        raise ValueError("temperature")
+    z = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    probs = torch.softmax(z, dim=0)
+    if top_p is not None:
+        s, order = torch.sort(probs, dim=-1, descending=True)
+        keep = (torch.cumsum(s, -1) - s) < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def probs_renorm_columns(logits, temperature=1.0, top_k=None, top_p=None):
+    """Renormalises after top-p by the column sums."""
+    p = ref.next_token_probs(logits, temperature, top_k, None)
+    if top_p is not None:
+        s, order = torch.sort(p, dim=-1, descending=True)
+        keep = (torch.cumsum(s, -1) - s) < top_p
+        p = p * torch.zeros_like(keep).scatter(-1, order, keep)
+        p = p / p.sum(0, keepdim=True)
+    return p
 
 # ---------------------------------------------------------------- forward_cached
 
@@ -544,6 +629,7 @@ MISTAKES = {
         (make_gpt(head_bias=True), "lm_head.bias"),
         (make_gpt(length_check=False), "raise ValueError for a sequence longer than max_len"),
         (make_gpt(block=make_block(causal=None)), "the blocks' self-attention has no causal mask"),
+        (GPTLastPositionOnly, "the logits of the last position only"),
     ],
     "gpt-next_token_loss": [
         (stub, "not answered yet"),
@@ -551,18 +637,25 @@ MISTAKES = {
         (loss_pads_counted, "the padding targets count"),
         (loss_per_token, "should be a scalar"),
         (loss_probabilities, "a cross-entropy is never negative"),
+        (loss_row_means, "it averages per sentence, then over sentences"),
+        (loss_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
     "gpt-perplexity": [
         (stub, "not answered yet"),
         (ppl_batch_means, "averages the batches' mean losses"),
         (ppl_train_mode, "call model.eval() first"),
         (ppl_returns_loss, "it returns the mean loss"),
+        (ppl_mean_of_perplexities, "it averages the batches' perplexities"),
+        (ppl_row_means, "it averages the sentences' mean losses"),
+        (ppl_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
     "gpt-next_token_probs": [
         (stub, "not answered yet"),
         (probs_cut_after_crossing, "top-p drops the token whose cumulative probability crosses top_p"),
         (probs_temperature_on_probs, "the temperature is applied after the softmax"),
         (probs_no_check, "should raise ValueError"),
+        (probs_batch_softmax, "the softmax runs over the batch axis (dim 0)"),
+        (probs_renorm_columns, "sum to 1 down each column, over the batch axis"),
     ],
     "gpt-forward_cached": [
         (stub, "not answered yet"),
@@ -691,7 +784,8 @@ def test_the_visible_block_test_rejects_a_block_that_sees_the_future(block):
         exec(cell, {**NS, "Block": block})
 
 
-@pytest.mark.parametrize("block,sees_future", [(None, False), (make_block(causal=None), True)], ids=["solution", "no_mask"])
+@pytest.mark.parametrize("block,sees_future", [(None, False), (make_block(causal=None), True)],
+                         ids=["solution", "no_mask"])
 def test_the_head_maps_draw_the_weights_of_the_learner_s_own_blocks(block, sees_future):
     """Issue 33: the figure applied its own causal mask, so it showed a perfect triangle for a Block without
     one. It now draws what each block's self.attn returned in the model's own forward."""

@@ -20,8 +20,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _explain_raised,
-                    catalogued, judge_case, to_array, value)
+from coursekit.probe import collect
+from coursekit.protocol import Unsupported
+
+from ..wire import decode_payload
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _equal,
+                    _explain_raised, catalogued, judge_case, to_array, value)
 from .reference import gpt as ref
 from .reference.multi_head import merge_heads, scaled_dot_product_attention, split_heads
 from .transformer import _tokens, draw_weights
@@ -52,6 +56,23 @@ def _model_shapes(cfg: dict) -> list:
 def _packed(cfg: dict, shapes: list, p: dict) -> tuple[str, np.ndarray]:
     spec = json.dumps({**cfg, "params": [[n, list(s)] for n, s in shapes]})
     return spec, np.concatenate([p[n].ravel() for n, _ in shapes])
+
+
+def _differs(exercise: str, other: object, driver: str | None, reference: object, part: int | None = None):
+    """A rule's test (:class:`Rule`): on the call, ``other`` answers otherwise than ``reference``
+    (in its item ``part``, if given), both run and compared as grading runs and compares answers;
+    never for a call where either does not answer with data (a raised error)."""
+
+    def exercised(call: Call) -> bool:
+        answers = [decode_payload(collect(exercise, fn, [call.call()], driver), exercise)[0]
+                   for fn in (reference, other)]
+        if any(isinstance(a, (Raised, Unsupported)) for a in answers):
+            return False
+        if part is not None:
+            answers = [a[part] for a in answers]
+        return not _equal(answers[0], answers[1], RTOL, ATOL, nan=True)
+
+    return exercised
 
 
 def _first(answer: object, call: Call, what: str) -> np.ndarray:
@@ -135,6 +156,14 @@ class _TorchAttentionBlock(ref.Block):
 
 BLOCK = Spec(
     id="gpt-Block",
+    rules=(
+        Rule("position t attends to positions 0 ... t only", _differs("gpt-Block", _block_variant(mask="none"),
+                                                                      "gpt.block", ref.Block)),
+        Rule("and to itself", _differs("gpt-Block", _block_variant(mask="hides_diagonal"), "gpt.block", ref.Block)),
+        Rule("pre-norm: x + sublayer(norm(x))", _differs("gpt-Block", _block_variant(norm="post"), "gpt.block",
+                                                         ref.Block)),
+        Rule("the exact GELU", _differs("gpt-Block", _block_variant(activation="tanh_gelu"), "gpt.block", ref.Block)),
+    ),
     function="Block",
     driver="gpt.block",
     inputs=_block_calls,
@@ -221,7 +250,13 @@ def _after_head(fn):
 def _logits(answer: object, call: Call, what: str) -> np.ndarray:
     if not isinstance(answer, tuple) or len(answer) != 3:
         raise CheckFailed(f"{what}: expected the logits, one tensor (batch, seq_len, vocab_size)")
-    return to_array(answer[0], what)
+    logits = to_array(answer[0], what)
+    batch, length = np.shape(call.args[2])
+    if length > 1 and logits.ndim == 2 and logits.shape[0] == batch:
+        raise CheckFailed(f"{what} has shape {logits.shape}: the logits of the last position only. Return those of "
+                          f"every position, (batch, seq_len, vocab_size) = ({batch}, {length}, vocab_size): lm_head on "
+                          "the whole sequence (the loss scores every position, generation takes [:, -1] itself)")
+    return logits
 
 
 def _judge_model(case: Case) -> None:
@@ -282,6 +317,15 @@ class _NoLengthCheck(ref.GPT):
 
 GPT = Spec(
     id="gpt-GPT",
+    rules=(
+        Rule("ValueError if T > max_len", lambda call: call.raises == "ValueError"),
+        Rule("with tie_weights, lm_head.weight IS tok_embed.weight",
+             lambda call: not call.raises and json.loads(call.args[0])["tie_weights"]),
+        Rule("without tie_weights, lm_head is a parameter of its own",
+             lambda call: not call.raises and not json.loads(call.args[0])["tie_weights"]),
+        Rule("learned positions 0 ... T - 1", _differs("gpt-GPT", _model_variant(positions="from_one"), "gpt.model",
+                                                       ref.GPT, part=0)),
+    ),
     function="GPT",
     driver="gpt.model",
     inputs=_model_calls,
@@ -333,19 +377,33 @@ def _loss_calls(rng: np.random.Generator) -> list[Call]:
     for batch, length, vocab, pad, lengths in [(3, 6, 7, 0, (6, 3, 5)), (2, 5, 9, 4, (5, 2))]:
         logits = rng.normal(scale=2.0, size=(batch, length, vocab))
         ids = _tokens(rng, batch, length, vocab, pad, lengths)
+        if pad:
+            ids[0, 1] = 0  # a target 0 that is not padding: ignore_index=pad_id, not 0
         what = f"next_token_loss(logits {logits.shape}, ids {ids.shape}, pad_id={pad})"
         asked.append(Call((logits, ids, pad), what=what))
     return asked
 
 
-def _loss_variant(shift="right", pad="ignored", reduction="tokens"):
+# What F.log_softmax(z) or F.softmax(z) without dim normalises over: torch's legacy choice, dim 0 for a
+# 0-, 1- or 3-d tensor (the batch axis of (batch, seq_len, vocab) logits), else dim 1.
+IMPLICIT_DIM = ("the softmax runs over the batch axis: F.log_softmax(z) or F.softmax(z) without dim picks dim 0 "
+                "for a 3-d tensor (batch, seq_len, vocab_size), with a warning. Pass dim=-1, over the vocabulary")
+
+
+def _log_probabilities_over(z: torch.Tensor, dim: str) -> torch.Tensor:
+    """(batch, seq_len, vocab) logits -> log-probabilities over the vocabulary, or over ``dim="batch"``."""
+    return F.log_softmax(z, dim=0 if dim == "batch" else -1)
+
+
+def _loss_variant(shift="right", pad="ignored", reduction="tokens", dim="vocab"):
     """next_token_loss with some of its choices wrong (the spec's knobs)."""
 
     def next_token_loss(logits, ids, pad_id):
         z, target = {"right": (logits[:, :-1], ids[:, 1:]), "none": (logits, ids),
                      "reversed": (logits[:, 1:], ids[:, :-1])}[shift]
         ignore = {"ignored": pad_id, "counted": -100, "zero": 0}[pad]
-        per_token = F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="none")
+        per_token = F.nll_loss(_log_probabilities_over(z, dim).transpose(1, 2), target, ignore_index=ignore,
+                               reduction="none")
         kept = target != ignore
         if reduction == "sum":
             return per_token.sum()
@@ -364,8 +422,20 @@ def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
     return arr.reshape(())
 
 
+def _targets(ids: np.ndarray, pad: int) -> np.ndarray:
+    """Which of ids[:, 1:] are predicted (not pad)."""
+    return np.asarray(ids)[:, 1:] != pad
+
+
 NEXT_TOKEN_LOSS = Spec(
     id="gpt-next_token_loss",
+    rules=(
+        Rule("the targets equal to pad_id are ignored", lambda call: not _targets(*call.args[1:]).all()),
+        Rule("pad_id, not a fixed id: a target 0 that is not padding",
+             lambda call: call.args[2] != 0 and bool((np.asarray(call.args[1])[:, 1:] == 0).any())),
+        Rule("averaged over the targets: sentences with different numbers of them",
+             lambda call: len(set(_targets(*call.args[1:]).sum(1).tolist())) > 1),
+    ),
     function="next_token_loss",
     driver="tensors",
     inputs=_loss_calls,
@@ -384,6 +454,7 @@ NEXT_TOKEN_LOSS = Spec(
         Knob("reduction", (("sum", "it sums over the tokens; take the mean over the predicted (non-padding) tokens"),
                            ("sentences", "it averages per sentence, then over sentences; average over all "
                                          "predicted tokens of the batch at once"))),
+        Knob("dim", (("batch", IMPLICIT_DIM),)),
     ),
     hints=(
         Hint("a cross-entropy is never negative: take the log-probabilities, F.log_softmax(logits, -1), or pass the raw "
@@ -420,21 +491,27 @@ def _perplexity_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _perplexity_variant(weighting="tokens", pad="ignored", shift="right", base="e", evaluate=True):
+def _perplexity_variant(weighting="tokens", pad="ignored", shift="right", base="e", evaluate=True, dim="vocab"):
     """perplexity with some of its choices wrong (the spec's knobs)."""
 
     @torch.no_grad()
     def perplexity(model, batches, pad_id):
         if evaluate:
             model.eval()
-        losses, counts = [], []
+        losses, counts, sentences = [], [], []
         for ids in batches:
             logits = model(ids)
             z, target = (logits[:, :-1], ids[:, 1:]) if shift == "right" else (logits, ids)
             ignore = pad_id if pad == "ignored" else -100
-            losses.append(F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="sum").item())
-            counts.append(int((target != ignore).sum()))
+            per_token = F.nll_loss(_log_probabilities_over(z, dim).transpose(1, 2), target, ignore_index=ignore,
+                                   reduction="none")
+            kept = (target != ignore).sum(1)
+            losses.append(per_token.sum().item())
+            counts.append(int(kept.sum()))
+            sentences += (per_token.sum(1)[kept > 0] / kept[kept > 0]).tolist()
         exp = math.exp if base == "e" else lambda x: 2.0 ** x
+        if weighting == "sentences":
+            return exp(sum(sentences) / len(sentences))
         if weighting == "batches":
             return exp(sum(loss / n for loss, n in zip(losses, counts)) / len(losses))
         if weighting == "perplexities":
@@ -463,8 +540,23 @@ def _judge_perplexity(case: Case) -> None:
     judge_case(case)
 
 
+def _batch_targets(call: Call) -> list[np.ndarray]:
+    """The number of predicted tokens of each sentence, per batch of a perplexity call."""
+    _, packed, shapes, pad = call.args
+    return [_targets(packed[i, :r, :c], pad).sum(1) for i, (r, c) in enumerate(np.asarray(shapes).tolist())]
+
+
 PERPLEXITY = Spec(
     id="gpt-perplexity",
+    rules=(
+        Rule("over every batch: batches with different numbers of predicted tokens",
+             lambda call: len({int(n.sum()) for n in _batch_targets(call)}) > 1),
+        Rule("over every predicted token: sentences with different numbers of them",
+             lambda call: len(set(np.concatenate(_batch_targets(call)).tolist())) > 1),
+        Rule("the targets that are pad_id are not predicted tokens",
+             lambda call: any(not _targets(call.args[1][i, :r, :c], call.args[3]).all()
+                              for i, (r, c) in enumerate(np.asarray(call.args[2]).tolist()))),
+    ),
     function="perplexity",
     driver="gpt.evaluation",
     inputs=_perplexity_calls,
@@ -478,7 +570,11 @@ PERPLEXITY = Spec(
                                        "much as a large one: sum the negative log-likelihoods of all tokens, divide "
                                        "by the number of predicted tokens, then exp"),
                            ("perplexities", "it averages the batches' perplexities: perplexity is the exp of the "
-                                            "mean loss over ALL predicted tokens, exp(total NLL / tokens)"))),
+                                            "mean loss over ALL predicted tokens, exp(total NLL / tokens)"),
+                           ("sentences", "it averages the sentences' mean losses, so a short sentence weighs as much "
+                                         "as a long one: sum the negative log-likelihoods of all tokens, divide by "
+                                         "the number of predicted tokens, then exp"))),
+        Knob("dim", (("batch", IMPLICIT_DIM),)),
         Knob("pad", (("counted", "the padding targets count as predicted tokens: leave out the targets equal to "
                                  "pad_id, from the losses and from the count"),)),
         Knob("shift", (("none", "it scores position t on token t, not t + 1: the predicted tokens are ids[:, 1:], "
@@ -511,6 +607,13 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def _sums_to_one_over(probs: np.ndarray, axis: int) -> bool:
+    """The sums along ``axis`` are 1, leaving out those with NaN (a column 0 / 0 where every row cut it)."""
+    sums = probs.sum(axis)
+    finite = np.isfinite(sums)
+    return bool(finite.any() and np.allclose(sums[finite], 1, atol=1e-4))
+
+
 def _probs_calls(rng: np.random.Generator) -> list[Call]:
     def logits(shape, temperature, top_k, top_p, scale):
         while True:  # no ties, and no cumulative sum near top_p: the cut is not a rounding question
@@ -535,9 +638,11 @@ def _probs_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="keep_crossing", order="k_first"):
+def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="keep_crossing", order="k_first",
+                   axis="vocab"):
     """next_token_probs with some of its choices wrong (the spec's knobs)."""
     rule = dict(temperature=temperature, top_k=top_k, renormalise=renormalise, top_p=top_p, order=order)
+    dim = 0 if axis == "batch" else -1   # the softmax's (the rest works on rows, as the learner's would)
 
     def cut_top_k(z, k):
         if k is None or k >= z.shape[-1]:
@@ -566,9 +671,9 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
             top_p = None
         cut = cut_top_k(z, top_k)
         if rule["renormalise"] == "none":          # the cut tokens zeroed in the uncut softmax
-            probs = torch.softmax(z, -1) * (cut > float("-inf"))
+            probs = torch.softmax(z, dim) * (cut > float("-inf"))
         else:
-            probs = torch.softmax(cut, -1)
+            probs = torch.softmax(cut, dim)
         if rule["temperature"] == "after_softmax":
             probs = probs / temperature
         probs = probs * kept_by_top_p(probs, top_p)
@@ -576,6 +681,8 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
             return probs
         if rule["renormalise"] == "softmax_again":
             return torch.softmax(probs, -1)
+        if top_p is None and rule["temperature"] != "after_softmax":   # (as the reference: after a top-p cut, or
+            return probs                                                # after a temperature on probabilities)
         return probs / probs.sum(-1, keepdim=True)
 
     return next_token_probs
@@ -583,6 +690,17 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
 
 NEXT_TOKEN_PROBS = Spec(
     id="gpt-next_token_probs",
+    rules=(
+        Rule("ValueError: temperature <= 0", lambda call: call.raises == "ValueError"),
+        Rule("divide by the temperature", lambda call: not call.raises and call.kwargs["temperature"] != 1),
+        Rule("keep the top_k largest", lambda call: (call.kwargs["top_k"] or np.inf) < np.shape(call.args[0])[-1]),
+        Rule("a top_k of the vocabulary's size keeps every token",
+             lambda call: call.kwargs["top_k"] == np.shape(call.args[0])[-1]),
+        Rule("top-p: the one that crosses it included", _differs(
+            "gpt-next_token_probs", _probs_variant(top_p="exclude_crossing"), None, ref.next_token_probs)),
+        Rule("top-k, softmax, then top-p", _differs(
+            "gpt-next_token_probs", _probs_variant(order="p_first"), None, ref.next_token_probs)),
+    ),
     function="next_token_probs",
     driver="tensors",
     inputs=_probs_calls,
@@ -604,13 +722,21 @@ NEXT_TOKEN_PROBS = Spec(
                                             "the crossing one included"),
                        ("vocab_order", "top-p sums the probabilities in vocabulary order: sort them, most "
                                        "probable first, before the cumulative sum"))),
+        Knob("axis", (("batch", "the softmax runs over the batch axis (dim 0), so each token's probabilities sum "
+                                "to 1 across the sequences: softmax over the vocabulary, the last axis, "
+                                "torch.softmax(z, dim=-1)"),)),
         Knob("order", (("p_first", "top-p is applied before top-k: cut top-k first, renormalise, then apply top-p "
                                    "to that distribution"),)),
     ),
     hints=(
+        Hint("the probabilities sum to 1 down each column, over the batch axis (dim 0), not along each row: the "
+             "softmax, and any renormalising, runs over the vocabulary, the last axis (dim=-1)",
+             lambda got, call: _sums_to_one_over(got, 0) and not _sums_to_one_over(got, -1),
+             example=lambda logits, temperature=1.0, top_k=None, top_p=None: (lambda p: p / p.sum(0, keepdim=True))(
+                 ref.next_token_probs(logits, temperature, top_k, top_p))),
         Hint("NaN in the probabilities: a row kept no token (0 / 0). Top-p must keep the token whose cumulative "
              "probability crosses top_p, so at least the most probable token stays",
-             lambda got, call: bool(np.isnan(got).any()),
+             lambda got, call: bool(np.isnan(got).all(-1).any()),
              example=lambda logits, temperature=1.0, top_k=None, top_p=None: ref.next_token_probs(
                  logits, temperature, top_k, top_p) * (float("nan") if top_p else 1.0)),
         Hint("the rows do not sum to 1: renormalise the kept probabilities",
@@ -700,6 +826,12 @@ def _judge_cache(case: Case) -> None:
 
 FORWARD_CACHED = Spec(
     id="gpt-forward_cached",
+    rules=(
+        Rule("new tokens at positions past ...: several of them after a cache",
+             lambda call: any(c > 1 for c in np.asarray(call.args[3])[1:])),
+        Rule("one token after a cache", lambda call: any(c == 1 for c in np.asarray(call.args[3])[1:])),
+        Rule("one (keys, values) pair per block: several blocks", lambda call: json.loads(call.args[0])["layers"] > 1),
+    ),
     function="forward_cached",
     driver="gpt.cached",
     inputs=_cache_calls,
@@ -845,17 +977,8 @@ def _beam_variant(finish="at_eos", final="normalized", length="generated"):
     return beam_search
 
 
-def _beam_differs(other, tokens_only: bool = False):
-    """A rule's test: the reference's answer to the call differs from ``other``'s (in its tokens,
-    if ``tokens_only``), both run through the grading driver."""
-    from coursekit.drivers.gpt import beam
-
-    def exercised(call: Call) -> bool:
-        (tokens, score), (other_tokens, other_score) = (beam(fn)(*call.args) for fn in (ref.beam_search, other))
-        same = tokens.shape == other_tokens.shape and bool((tokens == other_tokens).all())
-        return not same or (not tokens_only and not np.isclose(score, other_score, rtol=1e-5, atol=1e-7))
-
-    return exercised
+def _beam_differs(other: object, part: int | None = None):
+    return _differs("gpt-beam_search", other, "gpt.beam", ref.beam_search, part)
 
 
 def _judge_beam(case: Case) -> None:
@@ -917,12 +1040,12 @@ BEAM_SEARCH = Spec(
     ),
     rules=(
         Rule("the beam_size best continuations of all beams: greedy decoding finds another hypothesis",
-             _beam_differs(lambda model, prompt, beam_size, *rest: ref.beam_search(model, prompt, 1, *rest))),
+             _beam_differs(lambda model, prompt, beam_size, *rest: ref.beam_search(model, prompt, 1, *rest), 0)),
         Rule("a finished hypothesis is set aside: kept in the beam, it takes a place another needs",
              _beam_differs(_beam_variant(finish="stay"))),
-        Rule("a length penalty that changes the ranking", _beam_differs(_beam_variant(final="rank_raw"), True)),
+        Rule("a length penalty that changes the ranking", _beam_differs(_beam_variant(final="rank_raw"), 0)),
         Rule("each hypothesis is divided by the penalty of its own length",
-             _beam_differs(_beam_variant(final="one_penalty"), True)),
+             _beam_differs(_beam_variant(final="one_penalty"), 0)),
     ),
 )
 
