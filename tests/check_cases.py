@@ -77,34 +77,3 @@ def shared_tests(topic: str, mistakes: dict, variants: dict, solutions: str, see
     if seeds:
         tests.append(test_variants_pass_and_mistakes_fail_for_many_student_seeds)
     return {f.__name__: f for f in tests}
-
-
-def unexercised_rules(exercise: str, seed: int) -> list[str]:
-    """The names of the spec's rules (``Spec.rules``) that no graded call of ``seed`` exercises."""
-    import numpy as np
-
-    spec = get(exercise)
-    calls = spec.inputs(np.random.default_rng(seed))
-    return [rule.name for rule in spec.rules if not any(rule.exercised(c) for c in calls)]
-
-
-def indistinct_mistakes(exercise: str, seed: int) -> list[tuple[str, str]]:
-    """The pairs of catalogued mistakes (and the reference) that answer every graded call of
-    ``seed`` alike, as grading compares answers (``Spec.prepare``, the spec's tolerances): a
-    diagnosis that names one of them would be a coincidence."""
-    import itertools
-
-    import numpy as np
-
-    from grader.checks._core import _agrees
-
-    spec = get(exercise)
-    calls = spec.inputs(np.random.default_rng(seed))
-    answers = {"reference": spec.run(spec.reference, calls)}
-    answers.update((m.name, spec.run(m.implementation, calls)) for m in spec.catalogue())
-
-    def alike(a: list, b: list) -> bool:
-        return all(_agrees(spec, c, x, y) for c, x, y in zip(calls, a, b))
-
-    return [(a, b) for a, b in itertools.combinations(answers, 2) if alike(answers[a], answers[b])]
-
