@@ -206,7 +206,7 @@ def _model_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     for cfg, ids_shape in [
         (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=9, tie_weights=True), (2, 6)),
-        (dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=1, max_len=7, tie_weights=False), (3, 5)),
+        (dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=1, max_len=7, tie_weights=False), (3, 7)),
     ]:
         shapes = _model_shapes(cfg)
         spec, flat = _packed(cfg, shapes, draw_weights(rng, shapes))
@@ -271,8 +271,8 @@ def _judge_model(case: Case) -> None:
     value(case.answer, case.what)
     _logits(case.answer, case.call, case.what)
     _same_twice(case)
-    tied, count = (int(v) for v in np.asarray(case.answer[2]).reshape(-1)[:2])
-    want_tied, want_count = (int(v) for v in np.asarray(case.expected[2]).reshape(-1)[:2])
+    tied, count, other_p = (int(v) for v in np.asarray(case.answer[2]).reshape(-1)[:3])
+    want_tied, want_count, _ = (int(v) for v in np.asarray(case.expected[2]).reshape(-1)[:3])
     if tied != want_tied:
         case.fail("lm_head.weight should " + ("" if want_tied else "not ") + "be tok_embed.weight" +
                   (": with tie_weights=True, self.lm_head.weight = self.tok_embed.weight" if want_tied else
@@ -280,6 +280,10 @@ def _judge_model(case: Case) -> None:
     if count != want_count:
         case.fail(f"the model has {count} parameters; expected {want_count}")
     judge_case(case)
+    if other_p:
+        case.fail(f"the logits are right, but {other_p} of the model's nn.Dropout modules have another p than the "
+                  "dropout given, so training would drop another share: pass dropout on, to nn.Dropout(dropout) "
+                  "and to every Block(d_model, heads, d_ff, dropout)")
 
 
 class _SharedBlocks(ref.GPT):
@@ -307,6 +311,12 @@ class _SinusoidalModel(ref.GPT):
         del self.pos_embed
 
 
+class _BlocksWithoutDropout(ref.GPT):
+    def __init__(self, vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights=True, dropout=0.0):
+        super().__init__(vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights, dropout)
+        self.blocks = torch.nn.ModuleList([self.block(d_model, heads, d_ff) for _ in range(layers)])
+
+
 class _NoLengthCheck(ref.GPT):
     def forward(self, ids):
         x = self.dropout(self.embed(ids))
@@ -319,6 +329,8 @@ GPT = Spec(
     id="gpt-GPT",
     rules=(
         Rule("ValueError if T > max_len", lambda call: call.raises == "ValueError"),
+        Rule("T = max_len is allowed", lambda call: not call.raises
+             and np.shape(call.args[2])[1] == json.loads(call.args[0])["max_len"]),
         Rule("with tie_weights, lm_head.weight IS tok_embed.weight",
              lambda call: not call.raises and json.loads(call.args[0])["tie_weights"]),
         Rule("without tie_weights, lm_head is a parameter of its own",
@@ -366,6 +378,10 @@ GPT = Spec(
         Mistake("sinusoidal_positions", "has no parameter pos_embed.weight", _SinusoidalModel),
         Mistake("functional_dropout", "dropout is still on in eval mode", _FunctionalDropoutModel),
         Mistake("no_length_check", "raise ValueError for a sequence longer than max_len", _NoLengthCheck),
+        Mistake("blocks_without_dropout", "to every Block(d_model, heads, d_ff, dropout)", _BlocksWithoutDropout),
+    ),
+    equivalent=(
+        ("L31 1 -> 0", "only the text of the ValueError changes (it names the batch size, not the length)"),
     ),
 )
 
@@ -688,8 +704,22 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
     return next_token_probs
 
 
+# The logits are (batch, V), as the docstring says: the last axis is axis 1.
+_LAST_AXIS = "the logits are 2-d, (batch, V), as the docstring says: dim=1 is dim=-1"
+
 NEXT_TOKEN_PROBS = Spec(
     id="gpt-next_token_probs",
+    equivalent=(
+        *((f"L{line} -1 -> 1", _LAST_AXIS) for line in (12, 13, 15, 17, 18, 20, 22)),
+        ("L13 torch.topk(z, top_k, dim=-1) -> torch.topk(z, top_k)", "torch.topk's default dim is -1"),
+        ("L17 torch.sort(probs, dim=-1, descending=True) -> torch.sort(probs, descending=True)",
+         "torch.sort's default dim is -1"),
+        ("L12 top_k < z.shape[-1] -> top_k <= z.shape[-1]", "a top_k of V keeps every token either way: the V-th "
+                                                            "largest is the smallest, and nothing is below it"),
+        ("L19 before < top_p -> before <= top_p", "they differ only where the mass before a token equals top_p "
+                                                  "exactly, which the drawn inputs keep 0.03 away from: no rule, a "
+                                                  "rounding question (exercise-standard.md)"),
+    ),
     rules=(
         Rule("ValueError: temperature <= 0", lambda call: call.raises == "ValueError"),
         Rule("divide by the temperature", lambda call: not call.raises and call.kwargs["temperature"] != 1),
@@ -867,6 +897,9 @@ FORWARD_CACHED = Spec(
                 lambda model, ids, cache=None: (lambda out: (out[0][:, -1:], out[1]))(ref.forward_cached(
                     model, ids, cache)) if ids.shape[1] > 1 else ref.forward_cached(model, ids, cache)),
     ),
+    equivalent=tuple((name, "every block's keys and values hold the same number of positions, so past is read "
+                            "alike from the last block's or from the values") for name in
+                     ("L5 0 -> -1 #2", "L5 0 -> 1 #3", "L5 0 -> -1 #3")),
 )
 
 
@@ -904,6 +937,17 @@ def _beam_calls(rng: np.random.Generator) -> list[Call]:
                 f"eos_id={eos}, alpha={alpha}) on a stand-in model")
         asked.append(Call((table, np.array(prompt, dtype=np.int64), beam, steps, eos, alpha), what=what))
     asked += [_finishing_trap(rng, 2), _finishing_trap(rng, 3)]
+    # every hypothesis finishes at the second step: the search stops with none alive
+    table = _log_probabilities(6, {2: {3: 0.5, 4: 0.4}, **{r: {1: 0.9} for r in (0, 1, 3, 4, 5)}})
+    asked.append(Call((table + rng.normal(scale=0.01, size=table.shape), np.array([2], dtype=np.int64), 2, 6, 1, 0.6),
+                      what="beam_search(model, prompt, beam_size=2, max_new_tokens=6, eos_id=1, alpha=0.6) on a "
+                           "stand-in model where every hypothesis finishes early"))
+    # EOS is never among the best: the best hypothesis is one still alive after max_new_tokens
+    table = rng.normal(scale=1.0, size=(7, 7))
+    table[:, 3] -= 8.0
+    asked.append(Call((table, np.array([5, 1], dtype=np.int64), 3, 4, 3, 0.6),
+                      what="beam_search(model, prompt of 2 tokens, beam_size=3, max_new_tokens=4, eos_id=3, "
+                           "alpha=0.6) on a stand-in model where no hypothesis finishes"))
     return asked
 
 
@@ -977,6 +1021,24 @@ def _beam_variant(finish="at_eos", final="normalized", length="generated"):
     return beam_search
 
 
+def _beam_answer(call: Call) -> tuple:
+    """The reference's (tokens, score) for a beam_search call, as the driver hands them back."""
+    from coursekit.drivers.gpt import beam
+
+    tokens, score = beam(ref.beam_search)(*call.args)
+    return tokens.numpy(), score
+
+
+def _steps_run(call: Call) -> int:
+    """How many steps the reference's search ran (its stand-in model counts its calls)."""
+    from coursekit.drivers.gpt import _bigram
+
+    table, prompt, beam_size, max_new_tokens, eos_id, alpha = call.args
+    model = _bigram(table, 0.0).eval()
+    ref.beam_search(model, torch.tensor(prompt), beam_size, max_new_tokens, eos_id, alpha)
+    return len(model.modes)
+
+
 def _beam_differs(other: object, part: int | None = None):
     return _differs("gpt-beam_search", other, "gpt.beam", ref.beam_search, part)
 
@@ -1046,6 +1108,20 @@ BEAM_SEARCH = Spec(
         Rule("a length penalty that changes the ranking", _beam_differs(_beam_variant(final="rank_raw"), 0)),
         Rule("each hypothesis is divided by the penalty of its own length",
              _beam_differs(_beam_variant(final="one_penalty"), 0)),
+        Rule("stop when none is alive", lambda call: _steps_run(call) < call.args[3]),
+        Rule("or return a still alive hypothesis", lambda call: _steps_run(call) == call.args[3]
+             and _beam_answer(call)[0][-1:].tolist() != [call.args[4]]),
+    ),
+    equivalent=(
+        ("L11 -1 -> 1 #2", "the log-probabilities are 2-d, (alive, V): dim=1 is dim=-1"),
+        ("L14 -1 -> 1", "logp is 2-d, (alive, V): shape[1] is shape[-1]"),
+        ("L12 torch.tensor([score for _, score in alive], dtype=torch.f... -> torch.tensor([score for _, score in "
+         "alive])", "the running scores rounded to float32 (relative 6e-8) are added to float64 log-probabilities: "
+                    "far below the score's tolerance (1e-5) and the gaps between the drawn hypotheses' scores"),
+        ("L13 min(beam_size, scores.numel()) -> min(scores.numel(), beam_size)", "min is symmetric"),
+        ("L25 max(ranked, key=lambda r: r[0]) -> max(ranked)", "ranked holds (score, tokens): max compares the "
+                                                               "scores first, and the inputs never tie them"),
+        ("L26 torch.tensor(tokens, dtype=torch.int64) -> torch.tensor(tokens)", "a list of Python ints is int64"),
     ),
 )
 
