@@ -113,7 +113,9 @@ _MASKS = {"causal": 0, "one_ahead": 1, "hides_diagonal": -1}
 
 def _block_variant(norm="pre", mask="causal", activation="gelu", residual=True):
     """A Block with some of its choices wrong (the spec's knobs)."""
-    act = {"gelu": F.gelu, "relu": torch.relu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh")}[activation]
+    act = {"gelu": F.gelu, "relu": torch.relu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh"),
+           "none": lambda t: t}[activation]
+    post = {"pre": (), "post": (0, 1), "post_attention": (0,), "post_mlp": (1,)}[norm]   # the post-norm sublayers
 
     class Block(ref.Block):
         def mask(self, length):
@@ -125,8 +127,8 @@ def _block_variant(norm="pre", mask="causal", activation="gelu", residual=True):
             return self.dropout(self.linear2(self.dropout(act(self.linear1(h)))))
 
         def forward(self, x):
-            for sublayer, layer_norm in ((self.attend, self.norm1), (self.mlp, self.norm2)):
-                if norm == "post":
+            for i, (sublayer, layer_norm) in enumerate(((self.attend, self.norm1), (self.mlp, self.norm2))):
+                if i in post:
                     x = layer_norm(x + sublayer(x))
                 else:
                     x = (x if residual else 0) + sublayer(layer_norm(x))
@@ -174,13 +176,21 @@ BLOCK = Spec(
     variant=_block_variant,
     knobs=(
         Knob("norm", (("post", "it normalizes after the residual sum, norm(x + sublayer(x)): the 2017 paper's "
-                               "post-norm. This block is pre-norm, as in GPT-2: x + sublayer(norm(x))"),)),
+                               "post-norm. This block is pre-norm, as in GPT-2: x + sublayer(norm(x))"),
+                      ("post_attention", "the attention sublayer normalizes after the residual sum, norm1(x + "
+                                         "attn(x)): both sublayers are pre-norm, x + sublayer(norm(x)) "
+                                         "(sublayer_connection(..., norm_first=True))"),
+                      ("post_mlp", "the MLP sublayer normalizes after the residual sum, norm2(x + mlp(x)): both "
+                                   "sublayers are pre-norm, x + sublayer(norm(x)) (sublayer_connection(..., "
+                                   "norm_first=True))"))),
         Knob("mask", (("none", "the self-attention has no causal mask, so position t reads the tokens after it. "
                                "Pass causal_mask(seq_len) to self.attn"),
                       ("one_ahead", "the causal mask lets each position see one token ahead (torch.tril(..., "
                                     "diagonal=1)): position t may attend to positions 0 ... t only"))),
         Knob("activation", (("relu", "the feed-forward network uses ReLU; GPT uses GELU: F.gelu(x), as "
                                      "torch's TransformerEncoderLayer(activation='gelu')"),
+                            ("none", "the feed-forward network has no activation, so linear2(linear1(h)) is one "
+                                     "linear map: apply F.gelu between the two layers"),
                             ("tanh_gelu", "the feed-forward network uses the tanh approximation of GELU "
                                           "(GPT-2's code); this block uses the exact GELU, F.gelu(x), as "
                                           "torch's TransformerEncoderLayer(activation='gelu')"))),
@@ -799,14 +809,16 @@ def _cache_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _cache_variant(positions="offset", append="once", mask="offset"):
+def _cache_variant(positions="offset", append="once", mask="offset", pair="keys_values"):
     """forward_cached with some of its choices wrong (the spec's knobs)."""
 
     def forward_cached(model, ids, cache=None):
         past = 0 if not cache else cache[0][0].shape[2]
         length = ids.shape[1]
         first = past if positions == "offset" else 0
-        x = model.tok_embed(ids) + model.pos_embed(torch.arange(first, first + length))
+        x = model.tok_embed(ids) + (0 if positions == "none" else model.pos_embed(torch.arange(first, first + length)))
+        if cache and pair == "swapped":   # the cached values read as keys, and the keys as values
+            cache = [(v, k) for k, v in cache]
         new_cache = []
         for i, block in enumerate(model.blocks):
             attn = block.attn
@@ -828,6 +840,8 @@ def _cache_variant(positions="offset", append="once", mask="offset"):
                 new_cache.append((torch.cat([k, k_new], dim=2), torch.cat([v, v_new], dim=2)))
             elif append == "new_only":
                 new_cache.append((k_new, v_new))
+            elif append == "nothing":
+                pass
             else:
                 new_cache.append((k, v))
         return model.lm_head(model.norm(x)), new_cache
@@ -872,13 +886,19 @@ FORWARD_CACHED = Spec(
     variant=_cache_variant,
     knobs=(
         Knob("positions", (("restart", "the new tokens get positions 0, 1, ... again: after `past` cached tokens "
-                                       "they are at past, past + 1, ...: pos_embed(torch.arange(past, past + t))"),)),
+                                       "they are at past, past + 1, ...: pos_embed(torch.arange(past, past + t))"),
+                           ("none", "the new tokens get no position embedding: add model.pos_embed(torch.arange("
+                                    "past, past + t)) to model.tok_embed(ids)"))),
+        Knob("pair", (("swapped", "the cached keys and values are read the other way round: each block's cache "
+                                  "is (keys, values), cache[i][0] the keys"),)),
         Knob("append", (("twice", "the new keys and values are appended twice: the cache for the next call is "
                                   "the concatenation itself, torch.cat([past_keys, new_keys], dim=2), not that with "
                                   "the new keys added again"),
                         ("new_only", "the cache returned holds only the new keys and values, so the next call "
                                      "forgets the earlier positions: return the concatenation of the past and the "
-                                     "new ones"))),
+                                     "new ones"),
+                        ("nothing", "the cache returned is empty, so the next call sees no earlier position: "
+                                    "append each block's (keys, values) to it"))),
         Knob("mask", (("none", "several new tokens in one call see each other's future: mask with new token i "
                                "attending to keys 0 ... past + i, torch.ones(t, past + t).tril(diagonal=past)"),
                       ("not_offset", "the causal mask is not shifted by the cached length: new token i may attend "
