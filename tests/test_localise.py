@@ -22,6 +22,7 @@ from grader.checks import exercise_ids, get, public_seed, questions, verdict
 from grader.checks._localise import NAME, Event, Record, compare, explain, Term
 from grader.checks.reference import decoder as ref_decoder
 from grader.checks.reference import encoder as ref_encoder
+from grader.checks.reference import gpt as ref_gpt
 from grader.checks.reference import multi_head as ref_mha
 from grader.checks.reference.transformer import causal_mask
 from grader.wire import decode_payload
@@ -235,9 +236,10 @@ LOCALISED = {
     "norm_inside_sublayer": ("gpt-Block", BlockNormInsideSublayer, (
         "norm2's input differs", "norm1 applied to attn's output",
         "is norm1 applied to the sublayer's output, inside the sublayer?")),
-    "no_activation": ("gpt-Block", BlockNoActivation, (
-        "linear2's input differs", "it is linear1's output", "gelu(linear1's output)",
-        "the activation (gelu) is missing")),
+    # (gpt-Block catalogues this one; the GPT around such a block does not)
+    "no_activation": ("gpt-GPT", type("GPT", (ref_gpt.GPT,), {"block": BlockNoActivation}), (
+        "blocks.0.linear2's input differs", "it is blocks.0.linear1's output", "gelu(blocks.0.linear1's output)",
+        "the activation (gelu) is missing", "This is inside blocks.0. The GPT uses your BlockNoActivation")),
     "other_activation": ("encoder-EncoderLayer", LayerGelu, (
         "linear2's input differs", "it is gelu(linear1's output), where it should be relu(linear1's output)",
         "the activation is gelu, where the docstring asks for relu")),
@@ -271,7 +273,7 @@ def test_a_mistake_nobody_catalogued_is_localised(name):
             assert words in said, f"{name}, seed {seed}: {words!r} not in {said!r}"
         assert not any(g in said for g in GENERIC), said
         # (a layer's own check is blamed only for what happens inside the layer)
-        assert ("make that pass its own checks first" in said) == (name == "layers_inside"), said
+        assert ("make that pass its own checks first" in said) == (name in ("layers_inside", "no_activation")), said
 
 
 # ---------------------------------------------------------------- the comparison itself
