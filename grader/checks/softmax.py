@@ -21,6 +21,7 @@ from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Pr
                     catalogued, judge_case)
 from ._probes import sums_to_one
 from .reference import softmax as ref
+from .masking import finite_fill_hints, sunk
 from .reference.softmax import stable_softmax
 
 # Tolerances where the scores are around 1000: float32 spacing there is 6e-5, and a float32
@@ -354,6 +355,17 @@ def _attention_inputs(rng: np.random.Generator) -> list[Call]:
     q, k, v = qkv((2, 3), 4, 5)
     q[..., 0] = k[..., 0] = np.sqrt(1000.0 * np.sqrt(6))
     ask(q, k, v, None, "keyword", ", scaled scores around 1000")
+    # 6. A padding mask with rows of scores far below 0 (masking.sunk): a finite fill above some
+    #    real scores (-1e4, GPT-2's masked_bias) gives the masked keys the weight there. The scores
+    #    of dimension 0 are q_0 k_0 / sqrt(d_k) = level * factor in the sunk rows, 0 in the others.
+    q, k, v = qkv((2, 3), 4, 5)
+    padding = np.arange(5) < rng.permutation([2, 3, 4])[:2, None]
+    levels, factors = sunk(rng, (2, 3, 4, 5), padding)
+    down = ~np.isnan(levels)
+    q[down] = 0.0
+    q[..., 0] = np.where(down, levels * np.sqrt(6), 0.0)
+    k[..., 0] = factors[:, None, :]
+    ask(q, k, v, padding[:, None, None, :], "positional", ", padding mask (2, 1, 1, 5), some rows of scores far below 0")
     return calls
 
 
@@ -430,6 +442,16 @@ def _judge_attention(case: Case) -> None:
                                   "the keys; average the values (weights @ value)")
             break
     _judge_loosely_when_large(case)
+
+
+def _scores_and_keep(call: Call) -> tuple[np.ndarray, np.ndarray] | None:
+    """The call's scaled scores and its mask broadcast to them (None without a mask)."""
+    mask = _mask_of(call)
+    if mask is None:
+        return None
+    q, k = call.args[:2]
+    scores = q @ _swap(k) / math.sqrt(q.shape[-1])
+    return scores, np.broadcast_to(mask, scores.shape)
 
 
 def _masked_keys_get_weight(w: np.ndarray, call: Call) -> bool:
@@ -583,7 +605,7 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
         "matmul": lambda q, k, v, mask=None: q @ np.transpose(k),  # .T reverses every axis
         "bool_index": _bool_index,
     }),
-    hints=(
+    hints=finite_fill_hints(_scores_and_keep, lambda fill: _attention(fill=fill), part=1) + (
         Hint("most of the weight sits on keys the mask forbids: the mask is inverted. True means the query may "
              "attend to the key; fill where the mask is False", _mostly_forbidden,
              example=_attention(invert=True, fill=-3.0), part=1),
