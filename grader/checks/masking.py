@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, close, judge_case, to_array
+from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, close, judge_case, to_array
 from .reference import masking as ref
 from .reference.softmax import stable_softmax
 
@@ -71,6 +71,14 @@ def _lengths(rng: np.random.Generator, batch: int, low: int, high: int, must: tu
     return rng.permutation(np.array(picked, dtype=np.int64))
 
 
+def _max_len(call: Call) -> int:
+    return call.kwargs.get("max_len", call.args[-1])
+
+
+def _pad_id(call: Call) -> int:
+    return call.kwargs.get("pad_id", call.args[-1])
+
+
 def _positions(size: int) -> np.ndarray:
     return np.arange(size)[None, :]
 
@@ -79,8 +87,9 @@ def _positions(size: int) -> np.ndarray:
 def _lengths_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
     # batch 3 padded to 7, every sequence shorter than max_len; then batch 4 padded to 5,
-    # with one full-length sequence and one of length 1, max_len passed by keyword.
-    for batch, max_len, must, by_keyword in [(3, 7, (), False), (4, 5, (1, 5), True)]:
+    # with one full-length sequence, one of length 1 and one of length 0 (all padding, which
+    # the docstring allows), max_len passed by keyword.
+    for batch, max_len, must, by_keyword in [(3, 7, (), False), (4, 5, (0, 1, 5), True)]:
         lengths = _lengths(rng, batch, 1, max_len if must else max_len - 1, must)
         what = f"padding_mask_from_lengths(lengths, max_len) for {batch} lengths and max_len {max_len}"
         calls.append(Call((lengths,), {"max_len": max_len}, what=what) if by_keyword
@@ -93,6 +102,11 @@ PADDING_MASK_FROM_LENGTHS = Spec(
     function="padding_mask_from_lengths",
     inputs=_lengths_inputs,
     reference=ref.padding_mask_from_lengths,
+    rules=(Rule("a sequence of length 0 (an all-False row)", lambda call: 0 in call.args[0]),
+           Rule("a sequence of the full length max_len (an all-True row)",
+                lambda call: _max_len(call) in call.args[0]),
+           Rule("max_len above every length (padding past the longest)",
+                lambda call: _max_len(call) > max(call.args[0]))),
     prepare=_mask_values,
     by_call=True,
     mistakes=(
@@ -156,6 +170,10 @@ PADDING_MASK_FROM_IDS = Spec(
     function="padding_mask_from_ids",
     inputs=_ids_inputs,
     reference=ref.padding_mask_from_ids,
+    rules=(Rule("left padding (pads before the tokens)", lambda call: bool(np.any(call.args[0][:, 0] == _pad_id(call)))),
+           Rule("right padding (pads after the tokens)", lambda call: bool(np.any(call.args[0][:, -1] == _pad_id(call)))),
+           Rule("pad_id is not 0, and token 0 is a real token",
+                lambda call: _pad_id(call) != 0 and bool(np.any(call.args[0] == 0)))),
     prepare=_mask_values,
     by_call=True,
     mistakes=(
@@ -187,6 +205,9 @@ CAUSAL_MASK = Spec(
     function="causal_mask",
     inputs=_causal_inputs,
     reference=ref.causal_mask,
+    rules=(Rule("two sizes, above 1: the diagonal and both triangles", lambda call: call.args[0] > 1),),
+    equivalent=(("L3 np.ones((size, size), dtype=bool) -> np.ones((size, size))",
+                 "a mask is judged by its values, and 0/1 floats are accepted (the module's docstring)"),),
     prepare=_mask_values,
     by_call=True,
     mistakes=(
@@ -251,6 +272,11 @@ COMBINE_MASKS = Spec(
     function="combine_masks",
     inputs=_combine_inputs,
     reference=ref.combine_masks,
+    rules=(Rule("causal None: the padding mask alone, as (batch, 1, 1, k_len)", lambda call: call.args[1] is None),
+           Rule("q_len != k_len (a block of queries at the end of the keys)",
+                lambda call: call.args[1] is not None and call.args[1].shape[0] != call.args[1].shape[1]),
+           Rule("batch, q_len and k_len distinct", lambda call: call.args[1] is not None and len(
+               {len(call.args[0]), *call.args[1].shape}) == 3)),
     prepare=_mask_values,
     # (the mistakes that differ only without a causal mask come first: on that question
     # they give the same answer as the general ones, and their diagnosis is the one that fits)
@@ -486,6 +512,11 @@ APPLY_MASK = Spec(
     function="apply_mask",
     inputs=_apply_mask_inputs,
     reference=ref.apply_mask,
+    rules=(Rule("a mask that broadcasts: fewer or length-1 axes",
+                lambda call: call.args[1].ndim < call.args[0].ndim or 1 in call.args[1].shape),
+           Rule("a fill given", lambda call: "fill" in call.kwargs),
+           Rule("scores far below -1e4, and no fill given: the default fill must lie below them",
+                lambda call: "fill" not in call.kwargs and call.args[0].min() < -1e8)),
     judge=_judge_apply_mask,
     # Judged by properties of the answer (any large negative fill is right), which name
     # these mistakes with the diagnoses listed here.
@@ -530,6 +561,13 @@ MASKED_SOFTMAX = Spec(
     depends=("masking-apply_mask",),  # its solution calls them
     inputs=_masked_softmax_inputs,
     reference=ref.masked_softmax,
+    rules=(Rule("a mask that broadcasts: fewer or length-1 axes",
+                lambda call: call.args[1].ndim < call.args[0].ndim or 1 in call.args[1].shape),
+           Rule("batch, heads, q_len and k_len distinct", lambda call: len(set(call.args[0].shape)) == 4),
+           Rule("rows whose scores all lie far below 0 (a finite fill above them is not enough)",
+                lambda call: call.args[0].min() < -1e8)),
+    equivalent=(("L3 stable_softmax(np.where(mask, scores, -np.inf), axis=-1) -> "
+                 "stable_softmax(np.where(mask, scores, -np.inf))", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     mistakes=(
         Mistake("mask_after", "it masks after the softmax: the masked weights are 0 but each row no longer sums "
                 "to 1; fill the masked scores with a large negative number before the softmax",

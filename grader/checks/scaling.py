@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _describe, _equal, judge_case
+from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, _describe, _equal, judge_case
 from .reference import scaling as ref
 from .reference.similarity import dot_product, score_matrix
 from .reference.softmax import stable_softmax
@@ -23,9 +23,12 @@ from .reference.softmax import stable_softmax
 def _variance_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
     for n, d_k in [(7, 6), (5, 9)]:
-        # Shifted entries: the dot products have a mean far from 0.
-        q = rng.normal(loc=0.6, size=(n, d_k))
-        k = rng.normal(loc=0.4, scale=1.5, size=(n, d_k))
+        # Shifted entries, drawn again until the dot products have a mean far from 0.
+        while True:
+            q = rng.normal(loc=0.6, size=(n, d_k))
+            k = rng.normal(loc=0.4, scale=1.5, size=(n, d_k))
+            if abs(np.mean(dot_product(q, k))) > 0.5:
+                break
         calls.append(Call((q, k), what=f"dot_variance(q, k) for q and k of shape (n, d_k) = ({n}, {d_k})"))
     return calls
 
@@ -35,6 +38,10 @@ DOT_VARIANCE = Spec(
     function="dot_variance",
     inputs=_variance_inputs,
     reference=ref.dot_variance,
+    rules=(Rule("n != d_k: pair rows, sum over the last axis", lambda call: call.args[0].shape[0] != call.args[0].shape[1]),
+           Rule("dot products whose mean is far from 0 (subtract it)",
+                lambda call: abs(float(np.mean(dot_product(*call.args)))) > 0.5)),
+    equivalent=(("L3 dot_product(q, k) -> dot_product(k, q)", "a dot product is symmetric: q.k = k.q"),),
     by_call=True,
     mistakes=(
         Mistake("sample_variance", "it is the sample variance (ddof=1, what torch.var and Tensor.var compute by "
@@ -92,6 +99,8 @@ SCALED_SCORES = Spec(
     function="scaled_scores",
     inputs=_scores_inputs,
     reference=ref.scaled_scores,
+    rules=(Rule("d_k, q_len and k_len distinct", lambda call: len({*call.args[0].shape[-2:], call.args[1].shape[-2]}) == 3),
+           Rule("batch and heads axes in front", lambda call: call.args[0].ndim == 4)),
     mistakes=(
         Mistake("unscaled", "it returns Q K^T unscaled; divide by sqrt(d_k), with d_k = queries.shape[-1]",
                 score_matrix),
@@ -129,6 +138,7 @@ def _saturation_inputs(rng: np.random.Generator) -> list[Call]:
     # A batch of rows from mild to saturated (each row its own spread of scores), then
     # one plain row: a target hard-wired to one key, or an axis mix-up, shows.
     batch = rng.normal(size=(2, 3, 5)) * np.array([0.3, 1.0, 2.0, 4.0, 8.0, 25.0]).reshape(2, 3, 1)
+    batch[1, 2, np.argmax(batch[1, 2])] += 10.0  # the last row saturated: one weight above 0.999
     row = rng.normal(scale=1.5, size=6)
     return [Call((scores, target), what=f"softmax_saturation(scores, target) for scores of shape {scores.shape}")
             for scores, target in [(batch, 1), (row, 4)]]
@@ -197,6 +207,10 @@ SOFTMAX_SATURATION = Spec(
     function="softmax_saturation",
     inputs=_saturation_inputs,
     reference=ref.softmax_saturation,
+    rules=(Rule("target neither the first key nor the last", lambda call: 0 < call.args[1] < call.args[0].shape[-1] - 1),
+           Rule("a batch of rows, one saturated (a weight above 0.999)", lambda call: call.args[0].ndim > 1 and bool(
+               np.any(stable_softmax(call.args[0]).max(axis=-1) > 0.999)))),
+    equivalent=(("L4 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("max_weight", "grad_norm"),
     judge=_judge_saturation,
     mistakes=(
@@ -277,6 +291,11 @@ SELF_ATTENTION_WEIGHTS = Spec(
     depends=("scaling-scaled_scores",),  # its solution calls them
     inputs=_embedding_inputs,
     reference=ref.self_attention_weights,
+    rules=(Rule("d_k < d_model", lambda call: call.args[1].shape[1] < call.args[1].shape[0]),
+           Rule("d_k > d_model, with a batch axis", lambda call: call.args[1].shape[1] > call.args[1].shape[0]
+                and call.args[0].ndim == 3)),
+    equivalent=(("L4 stable_softmax(scaled_scores(x @ w_q, x @ w_k), axis=-1) -> "
+                 "stable_softmax(scaled_scores(x @ w_q, x @ w_k))", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     by_call=True,
     mistakes=(
         Mistake("sqrt_d_model", "it divides by sqrt(d_model), the width of the embeddings x (x.shape[-1] or "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Call, Hint, Mistake, Raises, Spec
+from ._core import Call, Hint, Mistake, Raises, Rule, Spec
 from .reference import similarity as ref
 from .reference.softmax import stable_softmax
 
@@ -30,6 +30,9 @@ DOT_PRODUCT = Spec(
     function="dot_product",
     inputs=_pairs,
     reference=ref.dot_product,
+    rules=(Rule("plain vectors (d,): one number", lambda call: call.args[0].ndim == 1),
+           Rule("a batch of pairs (..., d): one dot product per pair, over the last axis",
+                lambda call: call.args[0].ndim > 1 and len(set(call.args[0].shape)) == call.args[0].ndim)),
     mistakes=(
         Mistake("elementwise", "it returns the element-wise products; add them up over the last axis "
                 "(np.sum(a * b, axis=-1))", lambda a, b: a * b),
@@ -64,6 +67,11 @@ COSINE_SIMILARITY = Spec(
     depends=("similarity-dot_product",),  # its solution calls them
     inputs=_lengths_apart,
     reference=ref.cosine_similarity,
+    rules=(Rule("a zero vector gives 0, not NaN (eps guards the division)",
+                lambda call: not np.any(call.args[0]) or not np.any(call.args[1])),
+           Rule("vectors of different lengths: divide by both", lambda call: call.args[0].ndim > 1 and not np.allclose(
+               ref.norm(call.args[0]), ref.norm(call.args[1])))),
+    equivalent=(("L3 dot_product(a, b) -> dot_product(b, a)", "a dot product is symmetric: a.b = b.a"),),
     mistakes=(
         Mistake("no_division", "it returns the plain dot product; divide by the lengths |a| and |b|",
                 lambda a, b, eps=1e-8: ref.dot_product(a, b)),
@@ -102,6 +110,9 @@ SCORE_MATRIX = Spec(
     function="score_matrix",
     inputs=_queries_and_keys,
     reference=ref.score_matrix,
+    rules=(Rule("q_len != k_len (rows are queries, columns keys)",
+                lambda call: call.args[0].shape[-2] != call.args[1].shape[-2]),
+           Rule("a batch axis in front: transpose only the last two axes of keys", lambda call: call.args[0].ndim > 2)),
     mistakes=(
         Mistake("keys_times_queries", "it computes keys @ queries^T, so rows are keys; the row of query i "
                 "must hold its scores against every key: queries @ keys^T",
@@ -135,6 +146,9 @@ SOFT_LOOKUP = Spec(
     function="soft_lookup",
     inputs=_scores_and_values,
     reference=ref.soft_lookup,
+    rules=(Rule("q_len != k_len != d_v, with a batch axis: each query's weights over the keys (last axis)",
+                lambda call: len({*call.args[0].shape, call.args[1].shape[-1]}) == 4),),
+    equivalent=(("L3 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("output", "weights"),
     order=(1, 0),  # the output follows from the weights: judge the weights first
     mistakes=(

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, _equal,
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Rule, Spec, _equal,
                     catalogued, judge_case)
 from ._probes import sums_to_one
 from .reference import softmax as ref
@@ -177,6 +177,13 @@ STABLE_SOFTMAX = Spec(
     function="stable_softmax",
     inputs=_softmax_inputs,
     reference=ref.stable_softmax,
+    rules=(Rule("the default axis (-1), on 4-D input with every size distinct",
+                lambda call: "axis" not in call.kwargs and len(set(call.args[0].shape)) == 4),
+           Rule("an axis given, not the last", lambda call: _axis(call) != call.args[0].ndim - 1),
+           Rule("-inf entries get weight exactly 0", lambda call: bool(np.isneginf(call.args[0]).any())),
+           Rule("scores around 1000: no overflow", lambda call: bool(np.min(call.args[0]) > 900)),
+           Rule("slices at very different heights: the maximum of each slice",
+                lambda call: float(np.ptp(np.max(call.args[0], axis=_axis(call)))) > 1000)),
     judge=_judge_softmax,
     by_call=True,
     mistakes=(
@@ -280,6 +287,13 @@ SOFTMAX_WITH_TEMPERATURE = Spec(
     depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_temperature_inputs,
     reference=ref.softmax_with_temperature,
+    rules=(Rule("a temperature below 1", lambda call: 0 < call.args[1] < 1 and not _large(call)),
+           Rule("a temperature above 1", lambda call: call.args[1] > 1),
+           Rule("scores / T around 1000: no overflow", lambda call: call.args[1] > 0 and _large(call)),
+           Rule("T = 0 raises ValueError", lambda call: call.args[1] == 0 and call.raises == "ValueError"),
+           Rule("T < 0 raises ValueError", lambda call: call.args[1] < 0 and call.raises == "ValueError")),
+    equivalent=(("L9 stable_softmax(scores / temperature, axis=-1) -> stable_softmax(scores / temperature)",
+                 "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     judge=_judge_temperature,
     by_call=True,
     mistakes=(
@@ -547,6 +561,20 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
     depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_attention_inputs,
     reference=ref.scaled_dot_product_attention,
+    rules=(Rule("no mask, batch, heads, q_len, k_len, d_k and d_v distinct",
+                lambda call: _mask_of(call) is None and len({*call.args[0].shape, call.args[1].shape[-2],
+                                                             call.args[2].shape[-1]}) == 6),
+           Rule("a padding mask (batch, 1, 1, k_len) that broadcasts", lambda call: _mask_of(call) is not None
+                and _mask_of(call).shape[1:3] == (1, 1)),
+           Rule("a causal mask (q_len, k_len) without batch or heads axes",
+                lambda call: _mask_of(call) is not None and _mask_of(call).ndim == 2),
+           Rule("no heads axis, a mask of the scores' full shape", lambda call: call.args[0].ndim == 3
+                and _mask_of(call) is not None and _mask_of(call).shape == call.args[0].shape[:-1] + (
+                    call.args[1].shape[-2],)),
+           Rule("scaled scores around 1000: no overflow", lambda call: _mask_of(call) is None and _large(call)),
+           Rule("rows of scores far below 0, masked: a finite fill above them is not enough",
+                lambda call: _mask_of(call) is not None and _scores_and_keep(call)[0].min() < -1e8)),
+    equivalent=(("L8 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("output", "weights"),
     order=(1, 0),  # the output follows from the weights: judge the weights first
     judge=_judge_attention,
