@@ -151,6 +151,16 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "masking-masked_softmax": [
+        (lambda scores, mask: torch.softmax(torch.as_tensor(scores).masked_fill(~torch.as_tensor(mask), float("inf")),
+                                            dim=-1), "NaN in every row that masks a key"),
+        (lambda scores, mask: _softmax(scores * mask + (~mask) * -np.inf), "NaN in every row that masks a key"),
+        (lambda scores, mask: torch.nn.functional.softmax(
+            torch.as_tensor(scores).masked_fill(~torch.as_tensor(mask), float("-inf"))), "an implicit dim"),
+        (lambda scores, mask: np.exp(np.where(mask, scores, -np.inf)) / np.exp(np.where(mask, scores, -np.inf)).sum(),
+         "over the whole array at once"),
+        (lambda scores, mask: (lambda e: e / e.sum(axis=-1))(np.exp(np.where(mask, scores, -np.inf))),
+         "keepdims=True forgotten"),
+        (lambda scores, mask: _softmax(np.where(mask, scores, -np.inf), axis=0), "over another axis than the keys"),
         (_gpt2_masked_bias, "of order -1e4 (GPT-2's masked_bias is -1e4)"),
         (lambda scores, mask: _softmax(np.where(mask, scores, np.finfo(np.float16).min)), "of order -1e5"),
         (lambda scores, mask: _softmax(np.where(mask, scores, -1e8)), "of order -1e8"),

@@ -214,6 +214,9 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "softmax-scaled_dot_product_attention": [
+        (_att(fill=np.inf), "NaN in exactly the rows that mask a key"),
+        (lambda q, k, v, mask=None: _att()(q, k, v, None if mask is None else np.squeeze(mask)),
+         "without reshaping or squeezing it"),
         (_att(fill=-1e4), "of order -1e4 (GPT-2's masked_bias is -1e4)"),
         (_att_torch_masked_bias, "of order -1e4 (GPT-2's masked_bias is -1e4)"),
         (_att(fill=-1e6), "of order -1e6"),

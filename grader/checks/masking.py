@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, close, judge_case, to_array
+from ._softmax_kinds import keepdims_rule, no_keepdims_sum, softmax_axis_hints
 from .reference import masking as ref
 from .reference.softmax import stable_softmax
 
@@ -397,6 +398,17 @@ def _fill_bracket(w: np.ndarray, scores: np.ndarray, keep: np.ndarray) -> tuple[
     return (float(hi), float(lo)) if hi < lo else None
 
 
+POSITIVE_FILL = ("the masked scores are filled with +inf (np.inf rather than -np.inf): the softmax's maximum is "
+                 "then inf, and exp(inf - inf) is NaN. Fill them with -np.inf")
+
+
+def _nan_where_masked(w: np.ndarray, call: Call) -> bool:
+    """NaN in every row that masks a key, and in no other."""
+    keep = np.broadcast_to(call.args[1], call.args[0].shape)
+    return w.shape == keep.shape and np.array_equal(np.isnan(w).any(axis=-1), (~keep).any(axis=-1)) and bool(
+        np.isnan(w).any())
+
+
 FILL_FIX = ("fill them with -np.inf (torch: float('-inf')), or with a number below every score: the default "
             "-1e9, or np.finfo(scores.dtype).min")
 
@@ -583,11 +595,18 @@ MASKED_SOFTMAX = Spec(
                 lambda scores, mask: stable_softmax(scores)),
     ),
     errors=(
+        keepdims_rule("masked_softmax", lambda scores, mask: no_keepdims_sum(np.where(mask, scores, -np.inf))),
         Raises("masked_softmax raised {error}. " + _BROADCASTS,
                example=lambda scores, mask: stable_softmax(_bool_index(scores, mask))),
     ),
     hints=finite_fill_hints(lambda call: (call.args[0], np.broadcast_to(call.args[1], call.args[0].shape)),
-                            lambda fill: lambda scores, mask: stable_softmax(np.where(mask, scores, fill))) + (
+                            lambda fill: lambda scores, mask: stable_softmax(np.where(mask, scores, fill)))
+    + softmax_axis_hints(lambda softmax: lambda scores, mask: softmax(np.where(mask, scores, -np.inf))) + (
+        # (every row of these questions masks a key: -inf times a 0 of the mask gives the same NaN)
+        Hint("NaN in every row that masks a key: the masked scores are +inf (np.inf rather than -np.inf: the "
+             "softmax's maximum is then inf, and exp(inf - inf) is NaN), or -inf multiplied by the mask's 0 "
+             "(0 * -inf is NaN). Fill them with np.where(mask, scores, -np.inf)", _nan_where_masked,
+             example=lambda scores, mask: stable_softmax(np.where(mask, scores, np.inf))),
         Hint("masked keys (mask False) get weight; their weight must be 0", _masked_keys_get_weight,
              example=lambda scores, mask: stable_softmax(np.where(mask, scores, -3.0))),
         Hint("each query's weights over the keys must sum to 1",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, _describe, _equal, judge_case
+from ._softmax_kinds import no_keepdims_max, no_keepdims_sum, softmax_axis_hints
 from .reference import scaling as ref
 from .reference.similarity import dot_product, score_matrix
 from .reference.softmax import stable_softmax
@@ -280,10 +281,14 @@ def _weights(scale=None, after=None, axis=-1, same_weights=False, softmax=True, 
         scores = scores / (np.sqrt(d_k) if scale is None else scale(d_model, d_k))
         if not softmax:
             return scores
-        weights = stable_softmax(scores, axis=axis)
+        weights = stable_softmax(scores, axis=axis) if softmax is True else softmax(scores)
         return weights if after is None else weights / after(d_k)
     return self_attention_weights
 
+
+_NO_KEEPDIMS = ("the {which} over the keys lost its axis (keepdims=True forgotten): on square scores (seq, seq) it "
+                "broadcasts along the other axis, so each row is {effect}. Keep the axis: np.max(s, axis=-1, "
+                "keepdims=True) and np.sum(e, axis=-1, keepdims=True) (torch: keepdim=True)")
 
 SELF_ATTENTION_WEIGHTS = Spec(
     id="scaling-self_attention_weights",
@@ -320,8 +325,12 @@ SELF_ATTENTION_WEIGHTS = Spec(
         Mistake("w_q_for_keys", "it uses w_q for the keys too; the keys are x @ w_k", _weights(same_weights=True)),
         Mistake("no_softmax", "it returns the scaled scores; apply the softmax over the keys (last axis)",
                 _weights(softmax=False)),
+        Mistake("no_keepdims_sum", _NO_KEEPDIMS.format(which="sum", effect="divided by another row's sums"),
+                _weights(softmax=no_keepdims_sum)),
+        Mistake("no_keepdims_max", _NO_KEEPDIMS.format(which="max", effect="shifted by another row's maxima"),
+                _weights(softmax=no_keepdims_max)),
     ),
-    hints=(
+    hints=softmax_axis_hints(lambda softmax: _weights(softmax=lambda s: np.asarray(softmax(s))), other=False) + (
         Hint("each query's row should be positive and sum to 1 (a softmax over the keys, the last axis): scale "
              "the scores before the softmax, never the weights after it",
              lambda w, call: bool(np.all(np.isfinite(w))) and (

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import Call, Hint, Mistake, Raises, Rule, Spec
+from ._softmax_kinds import keepdims_rule, no_keepdims_sum, softmax_axis_hints
 from .reference import similarity as ref
 from .reference.softmax import stable_softmax
 
@@ -168,10 +169,11 @@ SOFT_LOOKUP = Spec(
                 lambda s, v: (np.broadcast_to(v.mean(axis=-2, keepdims=True), (*s.shape[:-1], v.shape[-1])),
                               stable_softmax(s))),
     ),
-    hints=(
+    errors=(keepdims_rule("soft_lookup", _weighted(no_keepdims_sum)),),
+    hints=softmax_axis_hints(lambda softmax: _weighted(lambda s: np.asarray(softmax(s))), part=1, other=False) + (
         Hint("each query's weights over the keys should be positive and sum to 1",
              lambda w, call: not np.allclose(w.sum(axis=-1), 1.0, atol=1e-4) or bool(np.any(w < 0)),
-             example=_weighted(lambda s: np.exp(s) / np.exp(s).sum()), part=1),
+             example=_weighted(lambda s: np.exp(s) / np.exp(s).sum(axis=-1, keepdims=True).max()), part=1),
     ),
 )
 

@@ -20,8 +20,9 @@ import numpy as np
 from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Rule, Spec, _equal,
                     catalogued, judge_case)
 from ._probes import sums_to_one
+from ._softmax_kinds import KEEPDIMS_ERROR
 from .reference import softmax as ref
-from .masking import finite_fill_hints, sunk
+from .masking import POSITIVE_FILL, finite_fill_hints, sunk
 from .reference.softmax import stable_softmax
 
 # Tolerances where the scores are around 1000: float32 spacing there is 6e-5, and a float32
@@ -59,13 +60,17 @@ def _not_a_distribution(w: np.ndarray, axis: int) -> bool:
 
 def _errors(name: str, examples: dict) -> tuple[Raises, ...]:
     """The raised-error rules shared by the three exercises, for those with an example."""
-    masks = (", and the mask must broadcast against the scores (np.where(mask, scores, -np.inf))"
-             if name == "scaled_dot_product_attention" else "")
     inner = ("" if name == "stable_softmax" else
              " (in this function, or in your stable_softmax if it calls it: fix that one first)")
     rules = {
-        "broadcast": (r"broadcast", f"{name} raised {{error}}. A max or sum over an axis must keep that "
-                      f"axis (keepdims=True) to broadcast back against its input{inner}{masks}"),
+        "keepdims": (KEEPDIMS_ERROR, f"{name} raised {{error}}. A max or sum over an axis must keep that "
+                     f"axis (keepdims=True) to broadcast back against its input{inner}"),
+        "broadcast": (r"broadcast", f"{name} raised {{error}}. " + (
+            "The mask must broadcast against the scores (batch, heads, q_len, k_len) as it is given: "
+            "np.where(mask, scores, -np.inf), without reshaping or squeezing it"
+            if name == "scaled_dot_product_attention" else
+            f"A max or sum over an axis must keep that axis (keepdims=True) to broadcast back against its "
+            f"input{inner}")),
         "transpose": (r"axes don't match array", f"{name} raised {{error}}: numpy's a.transpose(-2, -1) is "
                       "not PyTorch's. Swap the last two axes with np.swapaxes(key, -1, -2) (or "
                       "key.swapaxes(-1, -2), which numpy arrays and torch tensors both have)"),
@@ -419,6 +424,25 @@ def _attention(divisor=None, fill=-np.inf, axis=-1, after=None, invert=False, us
     return scaled_dot_product_attention
 
 
+def _nan_in_masked_rows(case: Case) -> bool:
+    """On every masked call the weights are NaN in exactly the rows that mask a key, and some
+    row masks none (so a row's NaN follows its mask, not the whole call): a fill of +inf."""
+    seen = False
+    for call, answer in [(case.call, case.answer), *((c, a) for _, c, a in case.others)]:
+        mask = _mask_of(call)
+        weights = answer[1] if isinstance(answer, tuple) and len(answer) == 2 else None
+        if mask is None or not isinstance(weights, np.ndarray):
+            continue
+        try:
+            masks_a_key = np.any(~np.broadcast_to(mask, weights.shape), axis=-1)
+        except ValueError:  # (weights of a wrong shape: not this kind)
+            return False
+        if not np.array_equal(np.isnan(weights.astype(np.float64)).any(axis=-1), masks_a_key):
+            return False
+        seen = seen or not masks_a_key.all()
+    return seen
+
+
 def _judge_attention(case: Case) -> None:
     """Swapped or NaN answers by their shapes and rows, then each part (the weights first)
     against the same part of every catalogued mistake, then the default judgement."""
@@ -437,8 +461,11 @@ def _judge_attention(case: Case) -> None:
                 raise CheckFailed(f"the weights of {what} are NaN in rows where every key may be attended "
                                   "to, as if every key were masked: the mask is inverted. True means the "
                                   "query may attend to the key; fill the scores where the mask is False")
+            if _nan_in_masked_rows(case):
+                raise CheckFailed(f"the weights of {what} are NaN in exactly the rows that mask a key: {POSITIVE_FILL}")
             raise CheckFailed(f"the weights of {what} contain NaN or infinity. Multiplying -inf by 0 (as in "
-                              "scores * mask + (~mask) * -inf) gives NaN: use np.where(mask, scores, -np.inf)")
+                              "scores * mask + (~mask) * -inf) gives NaN, and so does a fill of +inf (exp(inf - "
+                              "inf)): use np.where(mask, scores, -np.inf)")
         tol = (LARGE_RTOL, LARGE_ATOL) if _large(case.call) else (RTOL, ATOL)
         if not _equal(answer, case.expected, *tol):
             found = catalogued(case, answer)  # the whole answer first: one mistake, or two knobs at once
@@ -623,10 +650,13 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
             _naive(np.where(True if mask is None else mask, q @ _swap(k) / math.sqrt(q.shape[-1]), -np.inf)))),
         Mistake("inverted_nan", "are NaN in rows where every key may be attended to", _inverts_causal_only),
         Mistake("multiply_fill", "Multiplying -inf by 0", _multiply_fill),
+        Mistake("positive_fill", "are NaN in exactly the rows that mask a key", _attention(fill=np.inf)),
         Mistake("averages_keys", "d_k at the end: it averages the keys", _averages_keys),
     ),
     errors=_errors("scaled_dot_product_attention", {
-        "broadcast": _softmax_without_keepdims_attention,
+        "keepdims": _softmax_without_keepdims_attention,
+        "broadcast": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(
+            q, k, v, None if mask is None else mask.squeeze()),
         "transpose": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, np.transpose(k, (-2, -1)), v, mask),
         "bool_subtract": _one_minus_bool,
         "if_mask": _if_mask,
