@@ -169,6 +169,15 @@ _WRONG_KEY = ("it differentiates the weight of the wrong key, a neighbour of key
               "so the weight to differentiate is w[..., target]")
 
 
+_WRONG_DELTA = ("the delta of d w_t / d s_j = w_t (delta_tj - w_j) sits on a neighbour of key target (keys count "
+                "from 0): it is 1 at j = target only")
+
+
+def _delta_at(w: np.ndarray, target: int, key: int) -> np.ndarray:
+    """The norm of w_target (delta_key,j - w_j): the delta on another key."""
+    return np.linalg.norm(w[..., target:target + 1] * (np.eye(w.shape[-1])[key] - w), axis=-1)
+
+
 def _judge_saturation(case: Case) -> None:
     """(max_weight, grad_norm): a pair for max_weight and the gradient's shapes first, then
     each part against the same part of every catalogued mistake, then the default judgement."""
@@ -226,6 +235,18 @@ SOFTMAX_SATURATION = Spec(
                 _saturation(max_weight=lambda s, w: stable_softmax(s, 1 % s.ndim).max(-1))),
         Mistake("batch_max", "it takes one maximum for the whole batch; take the maximum over the last axis, "
                 "one per row", _saturation(max_weight=lambda s, w: np.max(w))),
+        Mistake("smallest_weight", "it returns the smallest weight (min); return the largest, the max over the last "
+                "axis", _saturation(max_weight=lambda s, w: w.min(axis=-1))),
+        Mistake("mean_weight", "it returns the mean weight, which is 1 / n for every row; return the largest, the max "
+                "over the last axis", _saturation(max_weight=lambda s, w: w.mean(axis=-1))),
+        Mistake("plus_w", "the sign of w_j: d w_t / d s_j = w_t (delta_tj - w_j), with a minus; it adds w_j",
+                _saturation(grad_norm=lambda w, t: np.linalg.norm(w[..., t:t + 1] * (np.eye(w.shape[-1])[t] + w),
+                                                                  axis=-1))),
+        Mistake("delta_only", "it keeps only the delta term, w_t delta_tj, whose norm is w_t: the gradient also has "
+                "-w_t w_j for every key j, d w_t / d s_j = w_t (delta_tj - w_j)",
+                _saturation(grad_norm=lambda w, t: w[..., t])),
+        Mistake("delta_next", _WRONG_DELTA, _saturation(grad_norm=lambda w, t: _delta_at(w, t, t + 1))),
+        Mistake("delta_previous", _WRONG_DELTA, _saturation(grad_norm=lambda w, t: _delta_at(w, t, t - 1))),
         Mistake("sum_of_rows", "it is 0 everywhere: it differentiates a sum of whole softmax rows, which is "
                 "always 1, so its gradient is 0 (for example w.sum().backward(), or w[target] instead of "
                 "w[..., target]); differentiate only the weight of key target, w[..., target]",

@@ -199,6 +199,12 @@ STABLE_SOFTMAX = Spec(
                 lambda x, axis=-1: x / x.sum(axis=axis, keepdims=True)),
         Mistake("no_division", "it returns exp(x - max) without dividing by the sum along the axis",
                 lambda x, axis=-1: np.exp(x - x.max(axis=axis, keepdims=True))),
+        Mistake("no_exp_shifted", "it divides the shifted scores x - max by their sum without exponentiating: "
+                "softmax is exp(x - max) / sum(exp(x - max))",
+                lambda x, axis=-1: (lambda d: d / d.sum(axis=axis, keepdims=True))(x - x.max(axis=axis, keepdims=True))),
+        Mistake("base_2", "it exponentiates in base 2 (2 ** x or np.exp2); softmax uses e ** x, np.exp",
+                lambda x, axis=-1: (lambda e: e / e.sum(axis=axis, keepdims=True))(
+                    np.exp2(x - x.max(axis=axis, keepdims=True)))),
         Mistake("log_softmax", "it returns log-probabilities (a log-softmax); exponentiate them",
                 lambda x, axis=-1: (lambda s: s - np.log(np.exp(s).sum(axis=axis, keepdims=True)))(
                     x - x.max(axis=axis, keepdims=True))),
@@ -629,6 +635,12 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(q.shape[-2]))),
         Mistake("sqrt_k_len", "it divides the scores by sqrt(k_len = 5); d_k is the last axis of query and key "
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(k.shape[-2]))),
+        Mistake("sqrt_shape_1", "it divides the scores by the square root of query.shape[1] (the heads of a 4-D "
+                "query, the queries of a 3-D one), which is d_k only for a 2-D query; d_k is the last axis: "
+                "query.shape[-1]", _attention(divisor=lambda q, k, v: math.sqrt(q.shape[1]))),
+        Mistake("sqrt_shape_0", "it divides the scores by the square root of query.shape[0] (the batch); d_k is "
+                "the last axis: query.shape[-1]",
+                _attention(divisor=lambda q, k, v: math.sqrt(q.shape[0]))),
         Mistake("sqrt_d_v", "it divides the scores by sqrt(d_v = 7); d_k is the last axis of query and key "
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(v.shape[-1]))),
         Mistake("sqrt_d_model", "it divides the scores by sqrt(d_model = h * d_k = 18); d_k is the last axis of "
