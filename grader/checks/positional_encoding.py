@@ -93,6 +93,11 @@ def _gap(outputs: str = "reorder", slots: bool = True, one_side: bool = False, s
     return order_gap
 
 
+def _positions_on_the_original_only(x, order, pe=None):
+    p = 0.0 if pe is None else pe[: x.shape[0]]
+    return float(np.abs(ref.self_attention(x[order]) - ref.self_attention(x + p)[order]).max())
+
+
 def _every_difference(x, order, pe=None):
     p = 0.0 if pe is None else pe[: x.shape[0]]
     return np.abs(ref.self_attention(x[order] + p) - ref.self_attention(x + p)[order])
@@ -174,6 +179,8 @@ ORDER_GAP = Spec(
                 _gap(slots=False)),
         Mistake("one_side", "it adds the positions to the reordered sentence only; add pe[:n] to both sentences",
                 _gap(one_side=True)),
+        Mistake("original_side", "it adds the positions to the original sentence only; add pe[:n] to both sentences",
+                _positions_on_the_original_only),
         Mistake("mean", "it returns the mean absolute difference; return the largest one (np.abs(diff).max())",
                 _gap(reduce=lambda d: np.abs(d).mean())),
         Mistake("sum", "it returns the sum of the absolute differences; return the largest one (np.abs(diff).max())",
@@ -708,6 +715,11 @@ EMBED = Spec(
                 _embedding(combine=lambda words, p: words * p)),
         Mistake("reversed", "the positions are reversed: the first word gets position 0, pe[:seq_len] in order",
                 _embedding(positions=lambda pe, ids: pe[: ids.shape[1]][::-1])),
+        Mistake("subtracted", "it subtracts the positional encodings from the word embeddings; add them",
+                _embedding(combine=lambda words, p: words - p)),
+        Mistake("ids_from_one", "it looks up row token_id - 1 of the table, as if the ids counted from 1; token id t "
+                "is row t of the table (ids count from 0): table[token_ids]",
+                lambda token_ids, table, pe: table[token_ids - 1] + pe[: token_ids.shape[1]]),
     ),
     diagnosed=(
         Mistake("concatenated", "it concatenates the positions to the word embeddings",
