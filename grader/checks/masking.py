@@ -232,9 +232,10 @@ def _combine_inputs(rng: np.random.Generator) -> list[Call]:
     # 1. decoder self-attention: batch 3, sequences of length 5, a square causal mask;
     # 2. a block of 4 queries at the end of 6 keys (q_len != k_len), batch 2;
     # 3. no causal mask (an encoder): batch 4, 6 keys.
-    for batch, q_len, k_len in [(3, 5, 5), (2, 4, 6), (4, None, 6)]:
-        padding = ref.padding_mask_from_lengths(_lengths(rng, batch, 1, k_len, (k_len,) if batch < k_len else ()),
-                                                k_len)
+    # The last has a sequence of length 0: its rows are fully masked, as the docstring's "True where both
+    # masks are True" says.
+    for batch, q_len, k_len, must in [(3, 5, 5, (5,)), (2, 4, 6, (6,)), (4, None, 6, (0, 6))]:
+        padding = ref.padding_mask_from_lengths(_lengths(rng, batch, 1, k_len, must), k_len)
         causal = None if q_len is None else ref.causal_mask(k_len)[k_len - q_len:]
         what = (f"combine_masks(padding, None) for padding {padding.shape}" if causal is None else
                 f"combine_masks(padding, causal) for padding {padding.shape} and causal {causal.shape}")
@@ -277,7 +278,9 @@ COMBINE_MASKS = Spec(
            Rule("q_len != k_len (a block of queries at the end of the keys)",
                 lambda call: call.args[1] is not None and call.args[1].shape[0] != call.args[1].shape[1]),
            Rule("batch, q_len and k_len distinct", lambda call: call.args[1] is not None and len(
-               {len(call.args[0]), *call.args[1].shape}) == 3)),
+               {len(call.args[0]), *call.args[1].shape}) == 3),
+           Rule("a sequence with no real token: its rows fully masked", lambda call: bool(
+               np.any(~call.args[0].any(axis=-1))))),
     prepare=_mask_values,
     # (the mistakes that differ only without a causal mask come first: on that question
     # they give the same answer as the general ones, and their diagnosis is the one that fits)
@@ -452,6 +455,11 @@ def _apply_mask_inputs(rng: np.random.Generator) -> list[Call]:
         name = f"apply_mask(scores, mask{'' if fill is None else ', fill=-1e4'})"
         calls.append(Call((scores, mask), {} if fill is None else {"fill": fill},
                           what=f"{name} for scores {scores.shape} and {label}"))
+    # Rows fully masked (a sequence of length 0): the docstring's "fill where it is False" holds there too.
+    padding = _keys(ref.padding_mask_from_lengths(_lengths(rng, 2, 0, 4, (0,)), 5))
+    calls.append(Call((rng.normal(scale=3.0, size=(2, 3, 4, 5)), padding),
+                      what="apply_mask(scores, mask) for scores (2, 3, 4, 5) and a padding mask (2, 1, 1, 5) with "
+                           "a sequence of length 0"))
     return calls
 
 
@@ -485,6 +493,10 @@ def _judge_apply_mask(case: Case) -> None:
                   "(False) change")
     if np.all(filled(masked, ~keep)):
         return
+    empty = np.broadcast_to(~keep.any(axis=-1, keepdims=True), keep.shape)[~keep]  # (rows with no True)
+    if empty.any() and np.all(filled(masked[~empty], (~keep) & ~np.broadcast_to(
+            ~keep.any(axis=-1, keepdims=True), keep.shape))) and close(masked[empty], scores[~keep][empty]):
+        case.fail(_EMPTY_ROWS)
     if np.allclose(masked, 0):
         case.fail(_ZERO_FILL)
     if close(masked, scores[~keep]):
@@ -502,6 +514,8 @@ def _judge_apply_mask(case: Case) -> None:
 
 
 _INVERTED_FILL = f"{INVERTED}: fill where the mask is False"
+_EMPTY_ROWS = ("it leaves the rows with no True entry unchanged; apply_mask writes fill at every False position, "
+               "those rows included (what a softmax does with them is masked_softmax's business)")
 _ZERO_FILL = ("it fills the masked positions with 0; a score of 0 still gets weight e^0 = 1 in the softmax: "
               "use a large negative number (fill) or -inf")
 _UNCHANGED = "it leaves the masked positions unchanged; set them to fill where the mask is False"
@@ -513,6 +527,12 @@ def _bool_index(scores, mask, fill=-1e9):
     out = scores.copy()
     out[~mask] = fill  # fails when the mask only broadcasts
     return out
+
+
+def _skips_empty_rows(scores, mask, fill=-1e9):
+    # "a row with nothing to attend to would give NaN": keep its scores, fill the others
+    empty = ~np.broadcast_to(mask, scores.shape).any(axis=-1, keepdims=True)
+    return np.where(mask | empty, scores, fill)
 
 
 def _times_neg_inf(scores, mask, fill=-1e9):
@@ -527,6 +547,8 @@ APPLY_MASK = Spec(
     rules=(Rule("a mask that broadcasts: fewer or length-1 axes",
                 lambda call: call.args[1].ndim < call.args[0].ndim or 1 in call.args[1].shape),
            Rule("a fill given", lambda call: "fill" in call.kwargs),
+           Rule("rows fully masked: fill everywhere", lambda call: bool(np.any(
+               ~np.broadcast_to(call.args[1], call.args[0].shape).any(axis=-1)))),
            Rule("scores far below -1e4, and no fill given: the default fill must lie below them",
                 lambda call: "fill" not in call.kwargs and call.args[0].min() < -1e8)),
     judge=_judge_apply_mask,
@@ -545,6 +567,7 @@ APPLY_MASK = Spec(
                 lambda scores, mask, fill=-1e9: np.where(mask, scores, -np.inf)),
         Mistake("small_fill", "the masked positions should hold a large negative number",
                 lambda scores, mask, fill=-1e9: np.where(mask, scores, -10.0)),
+        Mistake("skips_empty_rows", _EMPTY_ROWS, _skips_empty_rows),
         Mistake("masked_bias", "the masked positions hold -10000, a finite fill that real scores can go below",
                 lambda scores, mask, fill=-1e4: np.where(mask, scores, fill)),
         Mistake("first_batch", "expected the shape of the scores",
