@@ -279,8 +279,10 @@ def _no_skip(word, a, b):
     return tuple(out)
 
 
-def _replaced(word, a, b):
-    return tuple(" ".join(word).replace(f"{a} {b}", a + b).split(" "))
+def _replaced(word, a, b, separator=" "):
+    """str.replace on the symbols joined by ``separator``: it also matches a symbol that only
+    ends with a (or starts with b), and a space separator cuts a symbol that holds a space."""
+    return tuple(separator.join(word).replace(f"{a}{separator}{b}", a + b).split(separator))
 
 
 def _describe_merged(case: Case) -> None:
@@ -400,9 +402,12 @@ def _learner_words(text: str, words: str, specials: str) -> list[str]:
 
 
 def _train_variant(tie: str = "smallest", recount: bool = True, words: str = "pretokenize",
-                   specials: str = "skip", weights: bool = True, stop: bool = True):
+                   specials: str = "skip", weights: bool = True, stop: bool = True, merge: str = "pairs"):
     """train_bpe as a learner writes it, with one choice per knob (the defaults are right);
-    ``stop=False`` forgets to stop when no pair is left (an error rule's example)."""
+    ``stop=False`` forgets to stop when no pair is left (an error rule's example); ``merge``
+    "joined" merges by str.replace on the symbols joined by "|" (a catalogued mistake)."""
+    merge_pair = _merging(lambda word, a, b: _replaced(word, a, b, "|")) if merge == "joined" else ref.merge_pair
+
     def train_bpe(text, num_merges):
         counts = {}
         for word in _learner_words(text, words, specials):
@@ -416,7 +421,7 @@ def _train_variant(tie: str = "smallest", recount: bool = True, words: str = "pr
             best = TIES[tie](pairs)
             if not recount:
                 del pairs[best]
-            counts = ref.merge_pair(counts, best)
+            counts = merge_pair(counts, best)
             merges.append(best)
         return merges
     return train_bpe
@@ -433,8 +438,9 @@ TRAIN_KNOBS = (
     Knob("words", (("whole", "it merges across word boundaries: the text is one sequence of characters, so a pair "
                              "can join the end of one word to the space of the next; split the text into words "
                              "(pretokenize) and merge inside each word"),
-                   ("split", "it splits the text with str.split(), which drops the spaces and line breaks: the words "
-                             "keep their leading space (use pretokenize), or decoding cannot put the text back"))),
+                   ("split", "the words lose their spaces (str.split(), or strip()), and the line breaks are dropped: "
+                             "the words keep their leading space (use pretokenize as it is), or decoding cannot put "
+                             "the text back"))),
     Knob("specials", (("keep", "special tokens are merged: a special token such as <eos> in the text is a word of its "
                                "own that is never split or merged; leave the special words out of the counts"),)),
     Knob("weights", ((False, "each distinct word counts once: weight every word by how often it occurs in the text "
@@ -455,6 +461,15 @@ def _told_apart(calls: list[Call]) -> bool:
     return len(set(told)) == len(told)
 
 
+def _chained(rng: np.random.Generator) -> str:
+    """Lines xy, xyz and yz of three syllables: (x, y) is merged first, then (y, z), which must
+    not merge inside the word (xy, z), where y is only the end of a symbol; then (xy, z)."""
+    x, y, z = rng.choice(sorted(set("".join(_sentences(rng, 2, 0))) - {" "}), size=3, replace=False)
+    lines = [x + y] * 5 + [x + y + z] + [y + z] * 4
+    rng.shuffle(lines)
+    return "\n".join(lines)
+
+
 def _train_inputs(rng: np.random.Generator) -> list[Call]:
     """A text of seven lines, each ending in <eos>, and a tiny text that runs out of pairs;
     drawn again until the catalogued ways of training are told apart (``_told_apart``)."""
@@ -464,7 +479,8 @@ def _train_inputs(rng: np.random.Generator) -> list[Call]:
         tiny = " ".join(_sentences(rng, 1, 0)[0].split()[:2])
         calls = [Call((text, 12), what=f"train_bpe(text, 12) on {len(lines)} lines of Korean and English, each "
                                         "ending in <eos>"),
-                 Call((tiny, 40), what="train_bpe(text, 40) on a text of two words, fewer pairs than merges")]
+                 Call((tiny, 40), what="train_bpe(text, 40) on a text of two words, fewer pairs than merges"),
+                 Call((_chained(rng), 4), what="train_bpe(text, 4) on a text of short lines")]
         if _told_apart(calls):
             return calls
     raise RuntimeError("no hidden text tells the ways of training apart")  # (never seen: a course bug)
@@ -480,6 +496,12 @@ def _describe_training(case: Case) -> None:
     text, _ = case.call.args
     got, want = (_merges_of(case.spec.prepare(answer, case.call, case.what)) for answer in (case.answer, case.expected))
     words = ref.word_counts(text)
+    apart = next((k for k, (mine, right) in enumerate(zip(got, want)) if mine != right), None)
+    spaced = [any(" " in left + right for left, right in merges[apart or 0:]) for merges in (got, want)]
+    if apart is not None and spaced == [False, True] and all(all(m) for m in got):  # ('' has its own diagnosis)
+        case.fail(f"from merge {apart + 1} on, no merge holds a space where BPE's do: the words lose their spaces; "
+                  "each word of pretokenize(text) keeps the space before it (' the'), and so must its symbols (does "
+                  "a split(), a strip() or a split of joined symbols drop it?)")
     for k, (mine, right) in enumerate(zip(got, want)):
         if mine != right:
             _left_the_rule(case, k, mine, right, words)
@@ -537,6 +559,7 @@ TRAIN_RULES = (
     _knob_rule("special tokens are left out of the counts", specials="keep"),
     _knob_rule("each word is weighted by how often it occurs", weights=False),
     Rule("training stops early when no pair is left", lambda call: len(ref.train_bpe(*call.args)) < call.args[1]),
+    _knob_rule("a merge joins whole symbols, never one that only ends with left", merge="joined"),
 )
 
 
@@ -552,6 +575,11 @@ TRAINING = Spec(
     rtol=0.0, atol=0.0,
     knobs=TRAIN_KNOBS,
     variant=_train_variant,
+    mistakes=(
+        Mistake("merged_across_symbols", "a merge also joins symbols that only end with left (or start with right): "
+                "str.replace on a word's symbols joined by a separator matches 'y|z' inside 'xy|z'; merge whole "
+                "symbols, pair by pair (merge_pair)", _train_variant(merge="joined")),
+    ),
     rules=TRAIN_RULES,
     errors=(
         Raises("{what} raised {error}: no pair is left before num_merges merges (every word is one symbol); "
