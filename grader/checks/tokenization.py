@@ -878,15 +878,16 @@ BPE_ENCODE = Spec(
 def _decode_inputs(rng: np.random.Generator) -> list[Call]:
     _, tokens, merges = _tokenizer(rng)
     first, second = _sentences(rng, 1, 1)
-    text = f"<bos>{first}\t🙂 語  {second}\n<eos><pad>"
+    text = f"<bos>{first}\t🙂 語\x00  {second}\n<eos><pad>"  # (NUL: byte 0, the first byte id)
     unseen = next(ch for ch in "힣흫핳릏콯" if ch not in tokens)  # a syllable no token covers: 3 bytes
     cut = [ref.BYTE_OFFSET + b for b in unseen.encode("utf-8")[:2]]  # half a character, as a model may emit
+    cut.append(ref.BYTE_OFFSET + 255)  # the last byte id: 0xFF, in no UTF-8 text
     ids = ref.bpe_encode(text, list(tokens), merges)
     return [Call((np.array(ids, dtype=np.int64), tokens),
                  what="bpe_decode(ids, tokens) for a text with special tokens and characters no token covers"),
             Call((np.array(ref.bpe_encode(f" {first}", list(tokens), merges) + cut
                            + ref.bpe_encode(f" {second}\n", list(tokens), merges), dtype=np.int64), tokens),
-                 what="bpe_decode(ids, tokens) for ids with half a character's bytes, as a model may emit"),
+                 what="bpe_decode(ids, tokens) for ids with bytes that are no UTF-8, as a model may emit"),
             Call((np.array(ids[:3] + [ref.FIRST_TOKEN_ID + len(tokens)], dtype=np.int64), tokens), raises="ValueError",
                  what="bpe_decode(ids, tokens) for an id just past the vocabulary"),
             Call((np.array(ids[:3] + [-1], dtype=np.int64), tokens), raises="ValueError",
@@ -966,6 +967,9 @@ DECODE_RULES = (
     Rule("a character whose UTF-8 bytes are spread over several byte ids", _decoded_apart),
     Rule("bytes that are not valid UTF-8 become U+FFFD",
          lambda call: not call.raises and "\ufffd" in ref.bpe_decode(call.args[0].tolist(), call.args[1])),
+    Rule("byte 0 is id 4, the first byte id", lambda call: not call.raises and ref.BYTE_OFFSET in call.args[0]),
+    Rule("byte 255 is id 259, the last byte id",
+         lambda call: not call.raises and ref.FIRST_TOKEN_ID - 1 in call.args[0]),
     Rule("special-token ids come back as their strings",
          lambda call: not call.raises and any(0 <= i < ref.BYTE_OFFSET for i in call.args[0].tolist())),
     Rule("an id past the vocabulary raises ValueError", lambda call: _outside(call, below=False)),
