@@ -8,6 +8,7 @@ pass (another algorithm, numpy or torch ids, Counter or dict).
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -112,7 +113,6 @@ def _merge_joined(separator, split=lambda joined, separator: joined.split(separa
 
 def _merge_sennrich(words, pair):
     """Sennrich et al.'s merge_vocab: a regex on the symbols joined by spaces, split() after."""
-    import re
     pattern = re.compile(r"(?<!\S)" + re.escape(" ".join(pair)) + r"(?!\S)")
     merged = Counter()
     for word, count in words.items():
@@ -122,7 +122,6 @@ def _merge_sennrich(words, pair):
 
 def _merge_regex_unit_separator(words, pair):
     """The same regex merge on symbols joined by a character no symbol holds: right."""
-    import re
     pattern = re.compile("(?<![^\x1f])" + re.escape("\x1f".join(pair)) + "(?![^\x1f])")
     merged = Counter()
     for word, count in words.items():
@@ -634,3 +633,30 @@ def test_the_real_bugs_are_rejected_on_every_seed(exercise, fn, diagnosis):
     for seed in [public_seed(exercise), *MANY_SEEDS]:
         message = verdict(exercise, seed, answers_of(exercise, fn, seed))
         assert message and diagnosis in message, (seed, message)
+
+
+def _visible_tests(grade_id: str) -> str:
+    """A test cell of the source notebook, its hidden part left out: what a learner runs."""
+    import nbformat
+
+    from grader.course import SOLUTIONS
+
+    path = SOLUTIONS / "11_tokenization" / "11_tokenization.ipynb"
+    source = next(c.source for c in nbformat.read(path, as_version=4).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n", "", source, flags=re.S)
+
+
+VISIBLE = [("merge_pair", _merge_comprehension, "words that become equal add their counts"),
+           ("bpe_encode", _greedy_encoder(_wordpiece), "merges apply in the order learned"),
+           ("bpe_decode", _decode_upper_check_only, "id -1 is below the vocabulary")]
+
+
+@pytest.mark.parametrize("name,fn,said", VISIBLE, ids=[n for n, _, _ in VISIBLE])
+def test_a_visible_test_fails_for_the_mistake_it_names(tokenization_notebook, name, fn, said):
+    """The visible asserts name the rules the real bugs broke: a learner sees them fail before
+    submitting (and the solution passes them)."""
+    cell = _visible_tests(f"tokenization-{name}-test")
+    exec(cell, dict(tokenization_notebook))
+    with pytest.raises(AssertionError, match=re.escape(said)):
+        exec(cell, {**tokenization_notebook, name: fn})
