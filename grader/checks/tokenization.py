@@ -734,6 +734,11 @@ def _encode_variant(specials: bool = True, words: str = "pretokenize", segmentin
     return bpe_encode
 
 
+def _not_bytes(ids: list[int]) -> list[int]:
+    """The ids that are no byte id: special tokens and learned tokens."""
+    return [i for i in ids if not ref.BYTE_OFFSET <= i < ref.FIRST_TOKEN_ID]
+
+
 def _first_difference(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -750,6 +755,10 @@ def _describe_encoding(case: Case) -> None:
                       "special-token string in the text is one id, 0-3, and bpe_encode adds none of its own)")
         if fallback and got.count(UNK_ID) > want.count(UNK_ID):
             case.fail("a character no token covers became <unk>: with byte_fallback it is kept as its UTF-8 bytes")
+        if fallback and _not_bytes(got) == _not_bytes(want):
+            case.fail("its ids do not decode back to the text: the tokens are right, but not the bytes of the "
+                      "characters no token covers; a character is 2-4 UTF-8 bytes (ch.encode('utf-8')), each byte b "
+                      "one id, 4 + b")
         if back.replace(" ", "") == right.replace(" ", "") and len(back) < len(right):
             case.fail("its ids do not decode back to the text: the space where a word starts is lost; each word of "
                       "pretokenize(text) keeps the space before it, and so do its tokens (' the'): do not strip or "
