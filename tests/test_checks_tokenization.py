@@ -22,6 +22,9 @@ from grader.wire import decode_payload
 from tests.check_cases import shared_tests
 from tests.conftest import solution_namespace
 from tests.scope import student_seeds
+from tests.test_visible_mutants import Property
+from tests.test_visible_mutants import (
+    test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it as visible_assert_holds)
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -660,3 +663,33 @@ def test_a_visible_test_fails_for_the_mistake_it_names(tokenization_notebook, na
     exec(cell, dict(tokenization_notebook))
     with pytest.raises(AssertionError, match=re.escape(said)):
         exec(cell, {**tokenization_notebook, name: fn})
+
+
+# Visible asserts that name a property, proven against every mutant of the reference that breaks
+# it (tests/test_visible_mutants.py's machinery, with notebook 11's properties).
+
+def _counts_do_not_add(merge_pair) -> bool:
+    words = {("a", "b", "c"): 2, ("ab", "c"): 3, (" ", "a", "b"): 4, ("c",): 1}
+    return dict(merge_pair(dict(words), ("a", "b"))) != {("ab", "c"): 5, (" ", "ab"): 4, ("c",): 1}
+
+
+def _not_in_order(bpe_encode) -> bool:
+    return list(bpe_encode("abc", ["a", "b", "c", "bc", "ab"], [("b", "c"), ("a", "b")])) != [260, 263]
+
+
+def _no_round_trip(bpe_decode) -> bool:
+    merges = [("고", "기"), (" ", "고기"), (" ", "기")]
+    tokens, text = ref.learned_tokens("고기 고기를 기를", merges), "<bos>고기를\t 🙂  기를\n<eos>\x00\xff"
+    return bpe_decode(ref.bpe_encode(text, tokens, merges), tokens) != text
+
+
+VISIBLE_PROPERTIES = [
+    Property("tokenization-merge_pair", "('고', '기', '를') becomes ('고기', '를')", _counts_do_not_add),
+    Property("tokenization-bpe_encode", "merges apply in the order learned", _not_in_order),
+    Property("tokenization-bpe_decode", "bpe_decode(bpe_encode(text)) == text", _no_round_trip),
+]
+
+
+@pytest.mark.parametrize("prop", VISIBLE_PROPERTIES, ids=[p.exercise for p in VISIBLE_PROPERTIES])
+def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop):
+    visible_assert_holds(prop)
