@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._core import Call, Hint, Knob, Mistake, Raises, Spec
+from ._core import Call, Hint, Knob, Mistake, Raises, Rule, Spec
 from .multi_head import _weights
 from .reference import rope as ref
 
@@ -65,6 +65,12 @@ ROPE_ANGLES = Spec(
     inputs=_angles_calls,
     reference=ref.rope_angles,
     variant=_angles_variant,
+    rules=(
+        Rule("the default base, 10000", lambda call: not call.raises and "base" not in call.kwargs),
+        Rule("a base given, other than 10000", lambda call: call.kwargs.get("base", 10000.0) != 10000.0),
+        Rule("d_k / 2 pairs, more than one", lambda call: not call.raises and call.args[1] // 2 > 1),
+        Rule("an odd d_k: ValueError", lambda call: call.raises == "ValueError" and call.args[1] % 2 == 1),
+    ),
     knobs=(
         Knob("exponent", (
             ("i", "the frequencies fall too slowly: theta_i = base ** (-2i / d_k), with 2i in the exponent, not "
@@ -175,6 +181,15 @@ APPLY_ROPE = Spec(
     inputs=_apply_calls,
     reference=ref.apply_rope,
     variant=_apply_variant,
+    rules=(
+        Rule("the default pairing (interleaved)", lambda call: not call.raises and "pairing" not in call.kwargs),
+        Rule("pairing='interleaved' given", lambda call: call.kwargs.get("pairing") == "interleaved"),
+        Rule("pairing='halves'", lambda call: call.kwargs.get("pairing") == "halves"),
+        Rule("leading axes before (seq_len, d_k)", lambda call: not call.raises and call.args[0].ndim > 2),
+        Rule("angles of any size, beyond rope_angles' (|angle| > 1 on the last pair)",
+             lambda call: not call.raises and bool(np.any(np.abs(call.args[1][:, -1]) > 1.0))),
+        Rule("an unknown pairing: ValueError", lambda call: call.raises == "ValueError"),
+    ),
     knobs=(
         Knob("sign", ((-1, "it rotates the wrong way (the inverse rotation, by -angle): pair (a, b) becomes "
                            "(a cos - b sin, a sin + b cos), RoFormer's eq. 15"),)),
@@ -308,6 +323,13 @@ ROTARY_MULTI_HEAD_ATTENTION = Spec(
     parts=("output", "weights"),
     order=(1, 0),
     variant=_rotary,
+    rules=(
+        Rule("q_len != k_len: the queries and the keys rotated by their own positions", _cross),
+        Rule("a causal mask (q_len, k_len)", lambda call: call.args[-1] is not None and call.args[-1].ndim == 2),
+        Rule("a padding mask (batch, 1, k_len)", lambda call: call.args[-1] is not None
+             and call.args[-1].shape[1] == 1),
+        Rule("no mask", lambda call: call.args[-1] is None),
+    ),
     knobs=(
         Knob("where", (
             ("d_model", "it rotates the projected (batch, seq_len, d_model) vectors with d_model frequencies before "
