@@ -14,6 +14,12 @@ is asked with group sizes above 1 and kv_heads above 1, where .repeat and .repea
 pair the heads differently, and with masks that no inversion turns into a fully masked row.
 The attention functions are PyTorch (driver ``tensors``); the softmax and the mask may be
 numpy or PyTorch.
+
+Beyond the rising scores: one question's scores fall along the keys (a later block's maximum
+below the running one, where a tile's own maximum taken for the running one shows); one puts
+rows (or queries) at levels 1600 apart, with finite fills of -1e9 and a score 2000 above its row,
+where any maximum but each row's own overflows or underflows; one attention question has no
+batch axis (the leading axes are any); block sizes of 0 and below raise ValueError.
 """
 from __future__ import annotations
 
@@ -75,7 +81,14 @@ def _online_inputs(rng: np.random.Generator) -> list[Call]:
     for row, cols in enumerate([[3], [4, 7], [8], [5, 6]]):
         x[row, cols] = -np.inf
     ask(x, 3, " with -inf entries after the first block")
-    # 8-9. block sizes below 1 (0, the boundary, and a negative one) raise ValueError, as the docstring says
+    # 8. rows at levels 1600 apart, with masked scores filled with -1e9 (a finite fill) after the
+    # first block, and one score 2000 above the rest of its row: only each row's own maximum keeps
+    # every exp(x - m) from underflowing or overflowing
+    x = rng.normal(scale=2.0, size=(3, 9)) + _rising(9, 4.0) + rng.permutation([-800.0, 0.0, 800.0])[:, None]
+    x[[0, 1, 2], rng.integers(4, 9, size=3)] = -1e9
+    x[rng.integers(3), rng.integers(4)] += 2000.0
+    ask(x, 4, ", rows around -800, 0 and 800, some scores -1e9, one 2000 above its row")
+    # 9-10. block sizes below 1 (0, the boundary, and a negative one) raise ValueError, as the docstring says
     for block_size in (0, -2):
         calls.append(Call((rng.normal(size=(2, 5)), block_size), raises="ValueError",
                           what=f"online_softmax(x, block_size={block_size}) for x of shape (2, 5)"))
@@ -86,6 +99,14 @@ def _scores_beyond(call: Call, sign: float) -> bool:
     """The finite scores of the call lie beyond +TOO_LARGE (sign 1) or below -TOO_LARGE (sign -1)."""
     x = call.args[0]
     return bool(np.all(sign * x[np.isfinite(x)] > TOO_LARGE))
+
+
+def _far_apart(x: np.ndarray) -> bool:
+    """Scores beyond exp's range of one another (1000 apart) across rows and within a row's finite
+    scores, and finite fills of -1e9: a maximum that is not each row's own overflows or underflows."""
+    unfilled = np.where(x > -1e8, x, np.nan)
+    return bool(np.ptp(x.max(axis=-1)) > 1000 and np.any(np.nanmax(unfilled, axis=-1) - np.nanmedian(unfilled, axis=-1)
+                                                         > 1000) and np.any(x == -1e9))
 
 
 def _judge_online(case: Case) -> None:
@@ -202,9 +223,20 @@ ONLINE_SOFTMAX = Spec(
         Rule("scores around 1000", lambda call: not call.raises and _scores_beyond(call, 1)),
         Rule("scores around -1000", lambda call: not call.raises and _scores_beyond(call, -1)),
         Rule("masked scores (-inf) after the first block", lambda call: bool(np.isneginf(call.args[0]).any())),
+        Rule("rows far apart (beyond exp's range), finite fills of -1e9, a score far above its row: each row's "
+             "own maximum", lambda call: not call.raises and _far_apart(call.args[0])),
         Rule("one block longer than the row", lambda call: not call.raises and call.args[1] > call.args[0].shape[-1]),
         Rule("block_size = 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[1] == 0),
         Rule("block_size < 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[1] < 0),
+    ),
+    equivalent=(
+        ("L8 1 -> 0", "block_size < 0 instead of < 1: at block_size = 0 range(0, n, 0) raises ValueError itself"),
+        ("L10 x.shape[:-1] + (1,) -> (1,)", "a running maximum of shape (1,) broadcasts: after the first block, "
+         "np.maximum(m, block max) has every row's own (..., 1)"),
+        ("L10 -1 -> 0", "x.shape[:0] + (1,) is (1,): the running maximum broadcasts to every row at the first block"),
+        ("L11 x.shape[:-1] + (1,) -> (1,)", "a running sum of shape (1,) broadcasts: l * exp(m - m_new) + (row "
+         "sums) has every row's own (..., 1) after the first block"),
+        ("L11 -1 -> 0", "x.shape[:0] + (1,) is (1,): the running sum broadcasts to every row at the first block"),
     ),
     mistakes=(
         Mistake("per_block", "each block is normalized by its own sum (a softmax per block); the weights of a whole "
@@ -283,13 +315,23 @@ def _tiled_inputs(rng: np.random.Generator) -> list[Call]:
     ask(3, 4, False, (), ", scores around 1000", (query, key, value))
     # 7. scores falling along the keys: a later key block's row maximum is below the running maximum
     ask(4, 3, False, (2, 3, 5, 10, 4, 3, -2.0), ", scores falling along the keys")
-    # 8. the value of key 12 made infinite. The tiles of queries 0-11 with it (queries in
+    # 8. no batch axis, (heads, length, features): the leading axes are any; and each query's
+    # scores lifted by its own level (-800, 0 or 800, through a feature that every key holds as 1),
+    # so that only each query's own running maximum keeps exp from underflowing
+    query, key, value = (t[0] for t in _qkv(rng, 1, 4, 6, 8, 3, 2))
+    key[..., -1] = 1.0
+    query[..., -1] = rng.choice([-800.0, 0.0, 800.0], size=query.shape[:-1])
+    query[0, :3, -1] = [-800.0, 0.0, 800.0]  # (every level in every seed)
+    query[..., -1] *= math.sqrt(query.shape[-1])  # (the scores are divided by sqrt(d_k))
+    ask(4, 3, False, (), ", no batch axis, each query's scores around its own level: -800, 0 or 800",
+        (query, key, value))
+    # 9. the value of key 12 made infinite. The tiles of queries 0-11 with it (queries in
     # blocks of 3, keys in blocks of 4: key block 12-13) lie wholly above the diagonal: queries
     # before 12 must not see it, and the queries from 12 on attend to it (an infinite output)
     query, key, value = _qkv(rng, 2, 3, 14, 14, 4, 5)
     value[..., POISONED_KEY, :] = np.inf
     ask(3, 4, True, (), f", the value of key {POISONED_KEY} made infinite", (query, key, value))
-    # 9-10. block sizes below 1 raise ValueError, as the docstring says (0 is the boundary):
+    # 10-11. block sizes below 1 raise ValueError, as the docstring says (0 is the boundary):
     # after the values, so that a learner who also has a value wrong hears of that first
     query, key, value = _qkv(rng, 1, 2, 4, 4, 3, 3)
     for q_block, k_block in [(0, 2), (2, -1)]:
@@ -530,8 +572,29 @@ TILED_ATTENTION = Spec(
              lambda call: _causal(call) and call.args[3] != call.args[4] and call.args[0].shape[-2] > call.args[3]),
         Rule("causal, tiles wholly above the diagonal (to be skipped, not masked)", _poisoned),
         Rule("scores around 1000", lambda call: not call.raises and _large_scores(call)),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("queries whose scores lie beyond exp's range of one another: each row's own maximum",
+             lambda call: not call.raises and not _causal(call) and np.ptp(_scores(call).max(axis=-1)) > 1000),
         Rule("q_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[3] < 1),
         Rule("k_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[4] < 1),
+    ),
+    equivalent=(
+        *((name, "q_block < 0 or k_block < 0 instead of < 1: at a block size of 0 range(0, n, 0) raises ValueError "
+                 "itself") for name in ("L11 1 -> 0", "L11 1 -> 0 #2")),
+        ("L18 q.shape[:-1] + (1,) -> (1,)", "a running maximum of shape (1,) broadcasts: after the first key block, "
+         "torch.maximum(m, s.amax(...)) has every query's own"),
+        ("L18 -1 -> 0", "q.shape[:0] + (1,) is (1,): the running maximum broadcasts to every query at the first key "
+         "block"),
+        ("L19 q.shape[:-1] + (1,) -> (1,)", "a running sum of shape (1,) broadcasts: l * alpha + (row sums) has "
+         "every query's own after the first key block"),
+        ("L19 -1 -> 0", "q.shape[:0] + (1,) is (1,): the running sum broadcasts to every query at the first key block"),
+        ("L20 q.shape[:-1] + value.shape[-1:] -> value.shape[-1:]", "an accumulator of shape (d_v,) broadcasts: "
+         "acc * alpha + P V has every query's own after the first key block"),
+        ("L20 -1 -> 0", "q.shape[:0] + value.shape[-1:] is (d_v,): the accumulator broadcasts at the first key block"),
+        *((name, "the tile's entrywise causal mask applied to more tiles: on a tile wholly below the diagonal every "
+                 "key j <= every query i, so the mask changes nothing") for name in (
+            "L25 ks + s.shape[-1] - 1 > qs -> ks + s.shape[-1] - 1 >= qs", "L25 ks + s.shape[-1] - 1 -> ks + "
+            "s.shape[-1] + 1", "L25 ks + s.shape[-1] - 1 -> ks + s.shape[-1]", "L25 1 -> 0")),
     ),
     mistakes=(
         Mistake("softmax_per_tile", "each key block gets a softmax of its own and the blocks' outputs are added: "
@@ -728,6 +791,9 @@ KV_CACHE_BYTES = Spec(
     reference=ref.kv_cache_bytes,
     by_call=True,
     variant=_kv_variant,
+    equivalent=(("L10 d_model // heads -> d_model / heads", "heads divides d_model (checked first, ValueError "
+                                                             "otherwise), so d_model / heads is d_model // heads, "
+                                                             "a float of the same value"),),
     rules=(
         Rule("grouped-query attention (1 < kv_heads < heads)", lambda call: not call.raises and 1 < call.args[4]
              < call.args[3]),
