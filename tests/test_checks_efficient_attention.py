@@ -526,6 +526,14 @@ def _window_one_too_few(seq_len, window):
     return np.tril(ones) & np.triu(ones, k=-window + 2)
 
 
+def _window_strictly_before(seq_len, window):
+    """np.tril's diagonal -1: the keys strictly before the query, within the window."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    ones = np.ones((seq_len, seq_len), dtype=bool)
+    return np.tril(ones, k=-1) & np.triu(ones, k=-(window - 1))
+
+
 def _window_symmetric(seq_len, window):
     if window < 1:
         raise ValueError("window must be positive")
@@ -582,6 +590,7 @@ MISTAKES = {
         (_window_torch_plus_one, "window + 1 keys"),
         (_window_symmetric, "both sides of the diagonal"),
         (_window_one_too_few, "window - 1 keys"),
+        (_window_strictly_before, "a query does not see itself (j < i, off by one at the diagonal)"),
         (_window_no_check, "it should raise ValueError"),
         (stub, "not answered yet"),
     ],

@@ -840,6 +840,17 @@ def _window(keep):
     return sliding_window_mask
 
 
+def _window_variant(upper: str = "<=", lower: str = ">"):
+    """A learner's window with its two bounds: key j <= query i (``upper``: or j < i), and
+    j > i - window (``lower``: or j >= i - window, or j > i - window + 1)."""
+    return _window(lambda i, j, w: (j <= i if upper == "<=" else j < i)
+                   & {">": j > i - w, ">=": j >= i - w, "> + 1": j > i - w + 1}[lower])
+
+
+def _diagonal_hidden(got: np.ndarray, call: Call) -> bool:
+    return got.ndim == 2 and got.shape[0] == got.shape[1] and not np.all(np.diag(got) == 1)
+
+
 SLIDING_WINDOW_MASK = Spec(
     id="efficient_attention-sliding_window_mask",
     function="sliding_window_mask",
@@ -854,15 +865,24 @@ SLIDING_WINDOW_MASK = Spec(
         Rule("window larger than the sequence: the causal mask", lambda call: call.args[1] > call.args[0]),
         Rule("window < 1: ValueError", lambda call: call.raises == "ValueError" and call.args[1] < 1),
     ),
+    variant=_window_variant,
+    knobs=(
+        Knob("lower", ((">=", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
+                              "keys, the query itself and the w - 1 before it: i - window < j <= i"),
+                       ("> + 1", "each query sees window - 1 keys (off by one: j > i - window + 1); a window of w is "
+                                 "w keys, the query itself and the w - 1 before it: i - window < j <= i"))),
+        Knob("upper", (("<", "a query does not see itself (j < i, off by one at the diagonal): the window holds the "
+                             "query's own position and the window - 1 keys before it, i - window < j <= i"),)),
+    ),
+    hints=(
+        Hint("the diagonal should be True: every query sees itself (j = i), whatever the window; row i is query i, "
+             "column j key j, and a query sees the keys i - window < j <= i", _diagonal_hidden,
+             example=_window(lambda i, j, w: (i < j) & (j < i + w))),
+    ),
     mistakes=(
-        Mistake("one_too_many", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
-                "keys, the query itself and the w - 1 before it: i - window < j <= i",
-                _window(lambda i, j, w: (j <= i) & (j >= i - w))),
-        Mistake("one_too_few", "each query sees window - 1 keys (off by one: j > i - window + 1); a window of w is w "
-                "keys, the query itself and the w - 1 before it: i - window < j <= i",
-                _window(lambda i, j, w: (j <= i) & (j > i - w + 1))),
-        Mistake("not_itself", "a query does not see itself (j < i): the window holds the query's own position and "
-                "the window - 1 before it, i - window < j <= i", _window(lambda i, j, w: (j < i) & (j >= i - w))),
+        Mistake("not_itself", "the window is shifted one key back: a query sees the window keys before it, i - "
+                "window <= j < i, but not itself; the window holds the query's own position and the window - 1 "
+                "before it, i - window < j <= i", _window(lambda i, j, w: (j < i) & (j >= i - w))),
         Mistake("both_sides", "it is a band on both sides of the diagonal: a causal window also hides the future, "
                 "j <= i", _window(lambda i, j, w: np.abs(i - j) < w)),
         Mistake("inverted", "it is inverted: True marks the positions to hide; in this course True = may attend",
