@@ -110,8 +110,10 @@ def _far_apart(x: np.ndarray) -> bool:
 
 
 def _judge_online(case: Case) -> None:
-    """The default judgement, with float32-sized tolerances on the scores around +-1000."""
-    judge_case(_loosely_when(_scores_beyond(case.call, 1) or _scores_beyond(case.call, -1), case))
+    """The default judgement, with float32-sized tolerances where scores reach beyond +-TOO_LARGE
+    (around +-1000, or rows at such levels: float32's spacing there is 6e-5)."""
+    x = case.call.args[0]
+    judge_case(_loosely_when(not case.call.raises and bool(np.any(np.abs(x[np.isfinite(x)]) > TOO_LARGE)), case))
 
 
 def _blocks_checked(attention):
