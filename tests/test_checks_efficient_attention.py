@@ -172,6 +172,32 @@ def flash_algorithm_1(slip=None):
     return tiled_attention
 
 
+def tiled_flash2(scale=lambda d_k: d_k ** -0.5, skipped=lambda k_start, last_query: k_start > last_query):
+    """FlashAttention-2's loop (query blocks outside), the scores multiplied by ``scale(d_k)``, a key
+    block skipped under the causal mask when ``skipped(k_start, last query of the block)``."""
+    @blocks_checked
+    def tiled_attention(query, key, value, q_block, k_block, causal=False):
+        out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+        for qs in range(0, query.shape[-2], q_block):
+            q = query[..., qs:qs + q_block, :] * scale(query.shape[-1])
+            last = qs + q.shape[-2] - 1
+            m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+            l, acc = torch.zeros_like(m), torch.zeros(q.shape[:-1] + value.shape[-1:], dtype=q.dtype)
+            for ks in range(0, key.shape[-2], k_block):
+                if causal and skipped(ks, last):
+                    break
+                scores = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+                if causal:
+                    scores = scores.masked_fill(torch.arange(qs, last + 1)[:, None]
+                                                < torch.arange(ks, ks + scores.shape[-1]), -math.inf)
+                m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+                alpha, p = torch.exp(m - m_new), torch.exp(scores - m_new)
+                l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ value[..., ks:ks + k_block, :], m_new
+            out[..., qs:last + 1, :] = acc / l
+        return out
+    return tiled_attention
+
+
 @blocks_checked
 def _tiled_inverted_factor(query, key, value, q_block, k_block, causal=False):
     """FlashAttention-2's loop with exp(m_new - m) where exp(m - m_new) is due."""
@@ -569,6 +595,8 @@ MISTAKES = {
         (flash_algorithm_1("block max only"), "measured from the tile's own row maximum"),
         (flash_algorithm_1("block max kept"), "the running maximum is replaced by the tile's own row maximum"),
         (_tiled_inverted_factor, "NaN or infinity at moderate scores, no mask: the rescaling factor is inverted"),
+        (tiled_flash2(scale=lambda d_k: d_k ** 0.5), "it multiplies the scores by sqrt(d_k)"),
+        (tiled_flash2(skipped=lambda k_start, last_query: k_start >= last_query), "it skips one tile too many"),
     ],
     "efficient_attention-grouped_query_attention": [
         (_gqa_repeat, "reads key/value head h % kv_heads"),
@@ -609,6 +637,7 @@ VARIANTS = {
         _tiled_keys_outside,
         _tiled_trimmed_diagonal,
         flash_algorithm_1(),
+        tiled_flash2(),
     ],
     "efficient_attention-grouped_query_attention": [
         _gqa_grouped_view,

@@ -420,6 +420,20 @@ def _merge_reshape_then_transpose(x):
     return x.reshape(b, h * d_k, s).transpose(1, 2)
 
 
+def _merge_heads_axis_first(x):
+    """The heads moved to the front of each token's features by the wrong permutation."""
+    b, h, s, d_k = x.shape
+    return x.permute(2, 0, 1, 3).reshape(b, s, h * d_k)
+
+
+def _split_features_outer(x, heads):
+    """d_model split as (d_k, heads), the heads then moved forward with one permute."""
+    b, s, d = x.shape
+    if d % heads:
+        raise ValueError("heads must divide d_model")
+    return x.reshape(b, d // heads, s, heads).permute(0, 3, 2, 1)
+
+
 MISTAKES = {
     "multi_head-split_heads": [
         (_split_no_transpose, "without a transpose, which mixes the tokens between heads"),
@@ -428,6 +442,7 @@ MISTAKES = {
         (_split_wrong_transpose, "returns (batch, heads, d_k, seq_len)"),
         (_split_no_swap, "returns (batch, seq_len, heads, d_k)"),
         (_split_transpose_then_reshape, "it transposes x to (batch, d_model, seq_len) before the reshape"),
+        (_split_features_outer, "it holds the right numbers in the wrong places"),
         (_split_no_check, "returned a value; heads does not divide d_model"),
         (_split_relies_on_reshape, "torch's own reshape error is a RuntimeError"),
         (_split_numpy_transpose, "to reorder every axis use x.permute(0, 2, 1, 3)"),
@@ -442,6 +457,7 @@ MISTAKES = {
         (lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "the heads are interleaved"),
         (lambda x: _merge(x.flip(1)), "concatenated in reverse order"),
         (_merge_last_axes_swapped, "it swaps seq_len and d_k"),
+        (_merge_heads_axis_first, "it holds the right numbers in the wrong places"),
         (_merge_reshape_then_transpose, "reshapes (batch, heads, seq_len, d_k) to (batch, d_model, seq_len) and "
                                         "transposes after"),
         (_merge_view_no_contiguous, "use .reshape or .contiguous().view"),

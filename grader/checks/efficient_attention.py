@@ -395,7 +395,8 @@ def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: b
     an accumulator never divided by l)."""
     @_blocks_checked
     def tiled_attention(query, key, value, q_block, k_block, causal=False):
-        divisor = {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0, "d_k": query.shape[-1]}[scale]
+        divisor = {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0, "d_k": query.shape[-1],
+                   "times_sqrt_d_k": 1.0 / math.sqrt(query.shape[-1])}[scale]
         output = query.new_empty(query.shape[:-1] + value.shape[-1:])
         for qs in range(0, query.shape[-2], q_block):
             q = query[..., qs:qs + q_block, :] / divisor
@@ -406,7 +407,7 @@ def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: b
             for ks in range(0, key.shape[-2], k_block):
                 cols = min(k_block, key.shape[-2] - ks)
                 if causal and causal_mask != "ignored":
-                    if skip == "above" and ks > qs + rows - 1:
+                    if skip == "above" and ks > qs + rows - 1 or skip == "one_early" and ks >= qs + rows - 1:
                         break
                     if skip == "not_below" and ks + cols - 1 > qs:
                         break  # keeps only the tiles wholly below the diagonal
@@ -563,7 +564,13 @@ TILED_ATTENTION = Spec(
                       "tile's corner sits on the diagonal"),
             ("ignored", "causal=True is ignored: query i may attend to the keys j <= i only"))),
         Knob("scale", (("none", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the online softmax"),
-                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"))),
+                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"),
+                       ("times_sqrt_d_k", "it multiplies the scores by sqrt(d_k); divide them by sqrt(d_k) (multiply "
+                                          "by d_k ** -0.5)"))),
+        Knob("skip", (("one_early", "under the causal mask it skips one tile too many: the tile whose first key is "
+                                    "the query block's last query is skipped, so that query misses itself. Skip a "
+                                    "tile only when its first key comes after the block's last query, k_start > "
+                                    "q_start + rows - 1"),)),
     ),
     rules=_online_rules(lambda call: None if call.raises or _causal(call) else _scores(call),
                         lambda call: call.args[4]) + (

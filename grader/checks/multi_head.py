@@ -85,6 +85,17 @@ def _reshape_errors(invalid_size, not_contiguous, numpy_transpose) -> tuple[Rais
 
 # ---------------------------------------------------------------- split and merge
 
+def _rearranged(got: np.ndarray, call: Call) -> bool:
+    """The answer holds the input's numbers, each once, in other places: axes moved or read in
+    another order, nothing computed."""
+    x = np.asarray(call.args[0], dtype=np.float64)
+    return got.size == x.size and bool(np.allclose(np.sort(got.ravel()), np.sort(x.ravel())))
+
+
+REARRANGED = ("it holds the right numbers in the wrong places: axes swapped or read in another order. A reshape "
+              "reads the entries in memory order, so {order}")
+
+
 def _split(arrange):
     """A learner's split_heads: ``arrange(x, batch, seq_len, heads, d_k)`` after the check."""
     def split_heads(x, heads):
@@ -150,6 +161,9 @@ SPLIT_HEADS = Spec(
                 ".transpose(1, 2) after the reshape", _split(lambda x, b, s, h, d_k: x.reshape(b, s, h, d_k))),
         Mistake("transposed_first", SPLIT_TRANSPOSED_FIRST, _SPLIT_TRANSPOSED_FIRST),
     ),
+    hints=(Hint(REARRANGED.format(order="reshape first, (batch, seq_len, d_model) -> (batch, seq_len, heads, "
+                                        "d_k), then swap seq_len and heads, .transpose(1, 2)"), _rearranged,
+                example=_split(lambda x, b, s, h, d_k: x.reshape(b, d_k, s, h).permute(0, 3, 2, 1))),),
     errors=_reshape_errors(
         invalid_size=lambda x, heads: x.reshape(*x.shape[:2], heads, x.shape[-1]).transpose(1, 2),
         not_contiguous=lambda x, heads: x.transpose(1, 2).view(*x.shape[:2], heads, -1),
@@ -214,6 +228,9 @@ MERGE_HEADS = Spec(
         Mistake("seq_d_k_swapped", MERGE_SEQ_D_K, _MERGE_SEQ_D_K),
         Mistake("reshape_first", MERGE_RESHAPE_FIRST, _MERGE_RESHAPE_FIRST),
     ),
+    hints=(Hint(REARRANGED.format(order="first swap heads and seq_len, .transpose(1, 2) -> (batch, seq_len, heads, "
+                                        "d_k), then reshape to (batch, seq_len, heads * d_k)"), _rearranged,
+                example=_merge(lambda x, b, h, s, d_k: x.transpose(0, 2).reshape(b, s, h * d_k))),),
     errors=_reshape_errors(
         invalid_size=_merge(lambda x, b, h, s, d_k: x.transpose(1, 2).reshape(b, s, h)),
         not_contiguous=_MERGE_VIEW,
