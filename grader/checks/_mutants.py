@@ -168,6 +168,13 @@ def _swapped(node: ast.AST) -> list:
     return []
 
 
+def _dropped_argument(node: ast.AST) -> list:
+    """A call without its last positional argument (a mask, a bias, a cache not passed on)."""
+    if isinstance(node, ast.Call) and len(node.args) >= 2 and not isinstance(node.args[-1], ast.Starred):
+        return [ast.Call(node.func, node.args[:-1], node.keywords)]
+    return []
+
+
 def _reduction(node: ast.AST) -> list:
     if isinstance(node, ast.Attribute) and node.attr in _REDUCTIONS:
         return [ast.Attribute(node.value, other, node.ctx) for other in _REDUCTIONS[node.attr]]
@@ -205,6 +212,7 @@ def _dropped_statement(node: ast.AST) -> list:
 OPERATORS: tuple[tuple[str, Callable[[ast.AST], list]], ...] = (
     ("comparison", _compare), ("arithmetic", _arithmetic), ("dropped term", _dropped_term),
     ("constant", _constant), ("keyword dropped", _keyword_dropped), ("swapped arguments", _swapped),
+    ("dropped argument", _dropped_argument),
     ("reduction", _reduction), ("off by one", _off_by_one), ("dropped statement", _dropped_statement),
     ("forgotten call", _forgotten_call), ("confused function", _confused_function),
 )
