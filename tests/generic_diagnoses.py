@@ -20,8 +20,11 @@ To count on another checkout (e.g. main), run it with that checkout as the worki
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import re
+import signal
 import sys
 import warnings
 
@@ -50,7 +53,8 @@ def generic(message: str | None, raised: tuple[str, ...] = ()) -> bool:
 def _test_mistakes(topic: str) -> list[tuple[str, str, object]]:
     """(exercise, name, implementation) of the topic's tests' MISTAKES."""
     try:
-        module = importlib.import_module(f"tests.test_checks_{topic}")
+        with contextlib.redirect_stdout(io.StringIO()):  # (a test module may print while imported)
+            module = importlib.import_module(f"tests.test_checks_{topic}")
     except ImportError:
         return []
     return [(exercise, getattr(fn, "__name__", repr(fn)), fn)
@@ -67,16 +71,38 @@ def _spec_mistakes(spec) -> list[tuple[str, str, object]]:
 
 
 def _mutants(exercise: str) -> list[tuple[str, str, object]]:
-    """(exercise, name, implementation) of the reference's mutants, if the engine exists."""
+    """(exercise, name, implementation) of the reference's mutants (grader.checks._mutants),
+    those that compile."""
+    from grader.checks import get
+
     try:
         engine = importlib.import_module("grader.checks._mutants")
     except ImportError:
         return []
-    make = getattr(engine, "mutants", None)
-    if make is None:
-        return []
-    return [(exercise, getattr(m, "name", str(i)), getattr(m, "implementation", m))
-            for i, m in enumerate(make(exercise))]
+    found = []
+    for mutant in engine.mutants(get(exercise)):
+        try:
+            found.append((exercise, mutant.name, mutant.implementation.get()))
+        except Exception:  # (a mutant that does not compile is no learner's program)
+            continue
+    return found
+
+
+@contextlib.contextmanager
+def _budget():
+    """The mutation engine's CPU budget for one seed's answers (a mutant may loop for ever)."""
+    try:
+        engine = importlib.import_module("grader.checks._mutants")
+    except ImportError:
+        yield
+        return
+    previous = signal.signal(signal.SIGPROF, engine._over_budget)
+    signal.setitimer(signal.ITIMER_PROF, engine.CPU_BUDGET)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 def judged(exercise: str, fn: object, seeds: list[int]) -> list[tuple[str | None, tuple[str, ...]]]:
@@ -88,10 +114,13 @@ def judged(exercise: str, fn: object, seeds: list[int]) -> list[tuple[str | None
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                answers = answers_of(exercise, fn, seed)
+                with _budget():
+                    answers = answers_of(exercise, fn, seed)
                 raised = tuple(a.message for a in answers if isinstance(a, Raised))
                 said.append((verdict(exercise, seed, answers), raised))
-            except Exception as error:  # (a broken case is reported, not fatal to the count)
+            except BaseException as error:  # (a broken case, or over budget: reported, not fatal to the count)
+                if isinstance(error, KeyboardInterrupt):
+                    raise
                 said.append((f"<grader error {type(error).__name__}: {error}>", ()))
     return said
 
