@@ -13,7 +13,7 @@ process, collect/decode/verdict), every wrong implementation of the test suite:
 on the public seed (and ``--seeds N`` student seeds), and prints the count of generic
 diagnoses, then each one (``-v``). Run from the worktree root::
 
-    .venv/bin/python -m tests.generic_diagnoses [-v] [--seeds N] [--topic T] [--mutants]
+    .venv/bin/python -m tests.generic_diagnoses [-v | --all] [--seeds N] [--topic T] [--mutants]
 
 To count on another checkout (e.g. main), run it with that checkout as the working directory.
 """
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", help="one topic only")
     parser.add_argument("--mutants", action="store_true", help="also the mutants the checks reject")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every generic diagnosis")
+    parser.add_argument("--all", action="store_true", help="print every diagnosis (generic ones marked GENERIC)")
     args = parser.parse_args(argv)
 
     import matplotlib
@@ -153,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                 if message is None:
                     continue
                 total += 1
-                if generic(message, raised):
-                    count += 1
-                    if args.verbose:
-                        print(f"{exercise} {name} seed {seed}: {message}")
+                vague = generic(message, raised)
+                count += vague
+                if args.all or (vague and args.verbose):
+                    print(f"{'GENERIC ' if vague and args.all else ''}{exercise} {name} seed {seed}: {message}")
         sys.stdout.flush()
     print(f"generic diagnoses: {count} of {total} rejected answers")
     return 0

@@ -90,6 +90,13 @@ def scores_with_helper(queries, keys):
     return raw_scores(queries, keys) / np.sqrt(queries.shape[-1])  # noqa: F821
 
 
+def cache_bytes_without_kv_heads(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    """The per-head width counted, the number of key/value heads forgotten."""
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("heads must divide d_model and kv_heads must divide heads")
+    return 2 * tokens * layers * (d_model // heads) * bytes_per_value
+
+
 RELATED = [
     ("similarity-dot_product", dot_product_mean,
      ("every value is the right one divided by a.shape[-1], on every graded call", "a mean where a sum is asked")),
@@ -97,6 +104,8 @@ RELATED = [
      ("every value is the right one multiplied by q.shape[-2], on every graded call", "a sum where a mean is asked")),
     ("efficient_attention-sliding_window_mask", sliding_window_without_self,
      ("it is right except on the diagonal (where a key is its own query), where every value differs",)),
+    ("efficient_attention-kv_cache_bytes", cache_bytes_without_kv_heads,
+     ("every value is the right one divided by kv_heads, on every graded call",)),
     ("softmax-stable_softmax", softmax_reversed, ("it is the right answer in reversed order along the last axis",)),
     ("scaling-scaled_scores", scores_float16, ("but not to the 1e-4 asked: precision is lost", "float16")),
     ("similarity-cosine_similarity", cosine_keepdims,

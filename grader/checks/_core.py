@@ -369,6 +369,8 @@ class Case:
     index: int | None = None
     probed: tuple = ()
     _found: "Findings | None" = None
+    # set by ``catalogued`` when what it says is only "partly like" a mistake
+    partly: bool = False
 
     @property
     def called(self) -> str:
@@ -571,6 +573,7 @@ def catalogued(case: Case, answer: object) -> str | None:
         return found.wrong
     partial = [(m.name, m.implementation, m.diagnosis, False) for m in matched] + paired
     if partial:
+        case.partly = True
         return _partly(case, *partial[0])
     return None
 
@@ -706,6 +709,8 @@ def judge_case(case: Case) -> None:
     if _equal(answer, expected, spec.rtol, spec.atol):
         return
     found = catalogued(case, answer)
+    if found and case.partly and not isinstance(expected, (tuple, str)):
+        found = _related(case, answer, expected) or found  # (a relation on every call, not a mistake on some)
     if found:
         case.fail(found)
     if isinstance(expected, tuple):
@@ -735,12 +740,28 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
     right = "".join(f"; {note}" for note in case.findings().right)
     pairs, index, names = _graded_pairs(case, got, expected, part)
     said = relations.nonfinite(pairs, index, names) or relations.describe(pairs, index, names)
-    if said:
+    if said:  # (NaN first: a relation is tried on finite answers only)
         raise CheckFailed(f"{what}: {said}{right}")
-    where, calls = relations.where_wrong(pairs[index]), relations.right_on(pairs)
+    where, calls = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index]), relations.right_on(pairs)
     if where:
-        raise CheckFailed(f"{what} has the right shape {expected.shape}, but {where}{calls}{right}")
+        shape = "" if expected.ndim == 0 else f" has the right shape {expected.shape}, but"
+        raise CheckFailed(f"{what}{shape or ':'} {where}{calls}{right}")
     raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values{calls}{right}")
+
+
+def _related(case: Case, got: object, expected: object) -> str | None:
+    """The relation between the learner's answers and the right ones that holds on every graded
+    call (the answer judged of the right shape), or None."""
+    try:
+        got, expected = to_array(got, case.what), np.asarray(expected, dtype=np.float64)
+    except (CheckFailed, TypeError, ValueError):
+        return None
+    if got.shape != expected.shape:
+        return None
+    pairs, index, names = _graded_pairs(case, got, expected, None)
+    if not all(p.comparable for p in pairs):  # (a relation must be seen on every call to beat a mistake)
+        return None
+    return relations.describe(pairs, index, names, tried=relations.WHOLE)
 
 
 def _graded_pairs(case: Case, got: np.ndarray, expected: np.ndarray, part: int | None

@@ -102,13 +102,20 @@ def _usable(pairs: list[Pair], index: int) -> tuple[list[Pair], Pair | None]:
 
 
 # ---------------------------------------------------------------------------------- factors
+def _arguments(pair: Pair, names: list[str]) -> list[tuple[str, object]]:
+    """(name, value) of the call's arguments, positional then keyword."""
+    return [(names[i] if i < len(names) else f"argument {i + 1}", a) for i, a in enumerate(pair.args)] + list(
+        pair.kwargs)
+
+
 def _lengths(pair: Pair, names: list[str]) -> Iterator[tuple[str, float]]:
     """(name, value) of the lengths a factor may be: each array argument's axes, counted from
-    the end (the same name on every call), then the answer's."""
-    arrays = [(names[i] if i < len(names) else f"argument {i + 1}", a) for i, a in enumerate(pair.args)]
-    arrays += list(pair.kwargs)
-    arrays.append(("the answer", pair.want))
+    the end (the same name on every call), the answer's, and the arguments that are numbers
+    (a count such as heads or d_model)."""
+    arrays = _arguments(pair, names) + [("the answer", pair.want)]
     for name, a in arrays:
+        if isinstance(a, (int, float, np.integer, np.floating)) and not isinstance(a, bool):
+            yield name, float(a)
         shape = np.shape(a) if isinstance(a, np.ndarray) else ()
         for k in range(1, len(shape) + 1):
             yield f"{name}.shape[-{k}]", float(shape[-k])
@@ -121,9 +128,9 @@ def _factors(pair: Pair, names: list[str]) -> Iterator[tuple[str, float]]:
     yield "2", 2.0
     yield "1/2", 0.5
     for form, f in (("sqrt({})", math.sqrt), ("{}", float), ("1/sqrt({})", lambda n: 1 / math.sqrt(n)),
-                    ("1/{}", lambda n: 1 / n)):
+                    ("1/{}", lambda n: 1 / n), ("{}**2", lambda n: n * n), ("1/{}**2", lambda n: 1 / (n * n))):
         for name, n in _lengths(pair, names):
-            if n > 1:
+            if n > 0:  # (a length of 1 on some call: the factor is 1 there, the same name elsewhere)
                 yield form.format(name), f(n)
 
 
@@ -169,7 +176,9 @@ def _say_factor(key: str) -> str:
     else:
         what = f"multiplied by {key}"
     said = f"every value is the right one {what}, on every graded call"
-    if "shape[" in key and "sqrt" not in key:  # (a length: n values added where their mean is asked)
+    if "**2" in key:
+        said += ": a division where a multiplication is asked, or the other way round?"
+    elif "shape[" in key and "sqrt" not in key:  # (a length: n values added where their mean is asked)
         said += ": a sum where a mean is asked?" if not key.startswith("1/") else ": a mean where a sum is asked?"
     return said
 
@@ -341,8 +350,12 @@ def _one_slice(usable: list[Pair], judged: Pair, wrong: dict) -> tuple[str | Non
 
 
 def where_wrong(pair: Pair) -> str:
-    """Which positions of a wrong answer differ (nothing fitted): every position, or the
-    indices of the axis along which the fewest slices are wrong."""
+    """Which positions of a wrong answer differ (nothing fitted): every position (""), the
+    indices of the axis along which the fewest slices are wrong, or for a number, how many
+    times the right one it is."""
+    if pair.want.ndim == 0 and pair.got is not None and pair.got.shape == () and pair.want != 0:
+        return (f"it is {float(pair.got / pair.want):.4g} times the right value" if np.isfinite(pair.got)
+                else "")
     wrong = _wrong(pair)
     if wrong.all() or pair.want.ndim == 0:
         return ""
@@ -367,11 +380,16 @@ def right_on(pairs: list[Pair]) -> str:
              and bool(np.allclose(p.got, p.want, rtol=RTOL, atol=ATOL, equal_nan=True))]
     if not right or len(right) == len(pairs):
         return ""
-    named = "; ".join(right[:2]) + (f" and {len(right) - 2} more" if len(right) > 2 else "")
+    named = right[0] + (f" and {len(right) - 1} more" if len(right) > 1 else "")
     return f"; it is right on {len(right)} of the {len(pairs)} graded calls: {named}"
 
 
 # ---------------------------------------------------------------------- sums to one
+def _sums_to_one(a: np.ndarray, k: int) -> bool:
+    """Non-negative, summing to 1 along axis -k."""
+    return a.ndim >= k and bool(np.allclose(a.sum(axis=-k), 1.0, atol=1e-6)) and bool(np.all(a >= -1e-12))
+
+
 def _normalised(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     """The right answer sums to 1 along one axis, the learner's along another."""
     usable = [p for p in pairs if p.comparable and p.want.ndim >= 2]
@@ -380,14 +398,23 @@ def _normalised(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         return None
     ndim = judged.want.ndim
 
-    def ones(a: np.ndarray, k: int) -> bool:
-        return a.ndim >= k and bool(np.allclose(a.sum(axis=-k), 1.0, atol=1e-6)) and bool(np.all(a >= -1e-12))
-
-    right = [k for k in range(1, ndim + 1) if all(ones(p.want, k) for p in usable)]
-    mine = [k for k in range(1, ndim + 1) if all(ones(p.got, k) for p in usable if not _close(p.got, p.want))]
+    right = [k for k in range(1, ndim + 1) if all(_sums_to_one(p.want, k) for p in usable)]
+    mine = [k for k in range(1, ndim + 1) if all(_sums_to_one(p.got, k) for p in usable if not _close(p.got, p.want))]
     if right and mine and not set(right) & set(mine):
         return (f"it sums to 1 along {_axis(-mine[0], ndim)}, where the right answer sums to 1 along "
                 f"{_axis(-right[0], ndim)}: it is normalised (a softmax?) over the wrong axis")
+    return None
+
+
+def unnormalised(pair: Pair) -> str | None:
+    """The right answer sums to 1 along an axis, the learner's (on this call) does not: a
+    property of this one answer, said when no relation holds on every call."""
+    if not pair.comparable or pair.want.ndim == 0:
+        return None
+    for k in range(1, pair.want.ndim + 1):
+        if _sums_to_one(pair.want, k) and not _sums_to_one(pair.got, k):
+            return (f"its values along {_axis(-k, pair.want.ndim)} do not sum to 1, as the right ones do: the "
+                    "normalisation (exp, then divide by the sum) is missing or wrong")
     return None
 
 
@@ -469,13 +496,16 @@ def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
 # (precision first: a float16 answer is off everywhere by a little, which a factor near 1
 # or an offset would also fit, less truthfully)
 RELATIONS = (_precision, _factor, _rearranged, _normalised, _offset, _except)
+# The relations that say how the whole answer is computed (not only where it is wrong): these
+# are preferred to a catalogued mistake that gives the answer to some calls only.
+WHOLE = RELATIONS[:-1]
 
 
-def describe(pairs: list[Pair], index: int, names: list[str]) -> str | None:
+def describe(pairs: list[Pair], index: int, names: list[str], tried: tuple = RELATIONS) -> str | None:
     """How the learner's answer on call ``index`` (same shape as the right one, finite) relates
-    to the right one, from the relations tried on every graded call; None if none fits.
+    to the right one, from the relations ``tried`` on every graded call; None if none fits.
     ``names`` are the positional arguments' names (:func:`argument_names`)."""
-    for relation in RELATIONS:
+    for relation in tried:
         said = relation(pairs, index, names)
         if said:
             return said
