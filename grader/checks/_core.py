@@ -588,9 +588,9 @@ def _separated(case: Case, name: str, implementation: object) -> bool:
     graded calls: some call where the pair's answer differs from each knob's alone, two calls
     at least in all (else one knob's evidence is one coincidence of the other's)."""
     single = {m.name: m.implementation for m in case.spec.catalogue()}
-    parts = [(a, single[a]) for a, b in itertools.permutations(single, 2) if f"{a}+{b}" == name]
-    parts += [(b, single[b]) for a, b in itertools.permutations(single, 2) if f"{a}+{b}" == name]
-    if len(parts) != 2:
+    parts = next(([(a, single[a]), (b, single[b])] for a, b in itertools.permutations(single, 2)
+                  if f"{a}+{b}" == name), None)
+    if parts is None:
         return True  # (not a pair of catalogued settings: nothing to tell it from)
     telling = [set(), set()]
     for j, call in _graded_calls(case):
@@ -689,12 +689,10 @@ def judge_case(case: Case) -> None:
 
     A call that ``raises`` wants that exception and nothing else (another error goes
     through the spec's error rules). Otherwise, in order: a raised error or non-data
-    (the spec's error rules first); ``prepare``; right within tolerance; the catalogued
-    mistake whose answer to this call is the learner's (preferring one that gives the
-    learner's other answers too); two knobs set wrong at once; what the probes find; for
-    a tuple answer, the first part (in ``order``) that differs; a wrong shape; NaN or
-    infinity where the reference is finite; the first hint that applies; otherwise "wrong
-    values", with what the probes found right.
+    (the spec's error rules first); ``prepare``; right within tolerance; what
+    :func:`catalogued` says (a mistake only if it gives every graded answer; one that gives
+    some only yields to a relation seen on every call); for a tuple answer, the first part
+    (in ``order``) that differs; then :func:`_describe`.
     """
     spec = case.spec
     if case.call.raises:
@@ -728,8 +726,10 @@ def judge_case(case: Case) -> None:
 
 def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part: int | None) -> None:
     """A wrong array that no catalogued mistake explains: a wrong shape (and how it relates
-    to the right one), a hint, NaN or infinity (where), a relation that holds on every graded
-    call (:mod:`._relations`), else which positions are wrong; with what the probes found right."""
+    to the right one); a hint; NaN or infinity (where); a relation that holds on every graded
+    call where the answer is finite (:mod:`._relations`), or the axis it sums to 1 along; a
+    pattern of positions, the same on every call, where it is wrong; else which positions are;
+    with what the probes found right."""
     expected = np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
         related = relations.shape_relation(got, expected)
@@ -739,8 +739,9 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
             raise CheckFailed(f"{what}: {hint.message}")
     right = "".join(f"; {note}" for note in case.findings().right)
     pairs, index, names = _graded_pairs(case, got, expected, part)
-    said = relations.nonfinite(pairs, index, names) or relations.describe(pairs, index, names)
-    if said:  # (NaN first: a relation is tried on finite answers only)
+    said = (relations.nonfinite(pairs, index, names) or _whole(pairs, index, names, strict=False)
+            or relations.normalised_here(pairs[index]) or relations.describe(pairs, index, names, relations.PATTERNS))
+    if said:
         raise CheckFailed(f"{what}: {said}{right}")
     where, calls = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index]), relations.right_on(pairs)
     if where:
@@ -750,18 +751,29 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
 
 
 def _related(case: Case, got: object, expected: object) -> str | None:
-    """The relation between the learner's answers and the right ones that holds on every graded
-    call (the answer judged of the right shape), or None."""
+    """The relation between the learner's answers and the right ones that says how the whole
+    answer is computed and holds on every graded call, each answer of the right shape and
+    finite; or None."""
     try:
         got, expected = to_array(got, case.what), np.asarray(expected, dtype=np.float64)
     except (CheckFailed, TypeError, ValueError):
         return None
     if got.shape != expected.shape:
         return None
-    pairs, index, names = _graded_pairs(case, got, expected, None)
-    if not all(p.comparable for p in pairs):  # (a relation must be seen on every call to beat a mistake)
+    return _whole(*_graded_pairs(case, got, expected, None), strict=True)
+
+
+def _whole(pairs: list, index: int, names: list[str], strict: bool) -> str | None:
+    """``relations.WHOLE`` on the graded calls: with ``strict``, only if every answer is of the
+    right shape and finite; else if the answer judged is, naming a call where another is not."""
+    unseen = [p for p in pairs if not p.comparable]
+    if pairs[index] in unseen or (strict and unseen):  # (a relation must be seen on every call)
         return None
-    return relations.describe(pairs, index, names, tried=relations.WHOLE)
+    said = relations.describe(pairs, index, names, relations.WHOLE)
+    broken = [p.what for p in unseen if p.got is not None and p.got.shape == p.want.shape]
+    if said and broken:
+        said += f" where it is finite (on {broken[0]}{' and others' if len(broken) > 1 else ''} it is not)"
+    return said
 
 
 def _graded_pairs(case: Case, got: np.ndarray, expected: np.ndarray, part: int | None

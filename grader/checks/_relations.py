@@ -64,7 +64,7 @@ def _axis(axis: int, ndim: int) -> str:
     if axis == -1:
         return "the last axis"
     if axis == -2 and ndim >= 2:
-        return "the second-to-last axis" if ndim > 2 else "the first axis (rows)"
+        return "the second-to-last axis" if ndim > 2 else "the first axis"
     if axis + ndim == 0:
         return "the first axis"
     return f"axis {axis + ndim} (of {ndim})"
@@ -99,6 +99,10 @@ def _usable(pairs: list[Pair], index: int) -> tuple[list[Pair], Pair | None]:
     the call judged (None when it is not one of them)."""
     usable = [p for p in pairs if p.comparable]
     return usable, pairs[index] if pairs[index] in usable else None
+
+
+# What a relation seen on several calls says; left out when only the call judged is known.
+EVERY = ", on every graded call"
 
 
 # ---------------------------------------------------------------------------------- factors
@@ -161,7 +165,7 @@ def _factor(pairs: list[Pair], index: int, names: list[str]) -> str | None:
             return _say_factor(key)
     mine = ratios[usable.index(judged)]
     if values >= 3 and all(math.isclose(c, mine, rel_tol=1e-4) for c in ratios):
-        return f"every value is the right one times {mine:.4g}, on every graded call: a constant factor is wrong"
+        return f"every value is the right one times {mine:.4g}{EVERY}: a constant factor is wrong"
     if all(np.count_nonzero(p.want) >= 2 and not math.isclose(c, 1.0, rel_tol=1e-4) for p, c in zip(usable, ratios)):
         return (f"every value is the right one times a factor, one per call ({mine:.4g} on this call): a scale "
                 "that depends on the inputs' sizes is wrong")
@@ -170,12 +174,12 @@ def _factor(pairs: list[Pair], index: int, names: list[str]) -> str | None:
 
 def _say_factor(key: str) -> str:
     if key == "-1":
-        return "every value has the opposite sign of the right one, on every graded call: a sign is flipped"
+        return f"every value has the opposite sign of the right one{EVERY}: a sign is flipped"
     if key.startswith("1/"):
         what = f"divided by {key[2:]}"
     else:
         what = f"multiplied by {key}"
-    said = f"every value is the right one {what}, on every graded call"
+    said = f"every value is the right one {what}{EVERY}"
     if "**2" in key:
         said += ": a division where a multiplication is asked, or the other way round?"
     elif "shape[" in key and "sqrt" not in key:  # (a length: n values added where their mean is asked)
@@ -225,13 +229,13 @@ def _rearranged(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         if moved is None or (moved.shape == judged.want.shape and _close(moved, judged.want)):
             continue
         if all((m := transform(p.want)) is not None and _close(p.got, m) for p in usable):
-            return said + ", on every graded call"
+            return said + EVERY
     for k in range(1, judged.want.ndim + 1):
         for step, said in ((1, "later"), (-1, "earlier")):
             if _shifted(judged, -k, step) and all(_shifted(p, -k, step) is not False for p in usable
                                                   if p.got.shape == p.want.shape):
                 return (f"it is the right answer shifted by one position along {_axis(-k, judged.want.ndim)} "
-                        f"(each right value appears one position {said}), on every graded call: an index is off "
+                        f"(each right value appears one position {said}){EVERY}: an index is off "
                         "by one")
     return None
 
@@ -245,13 +249,13 @@ def _offset(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     if any(p.want.size < 2 for p in usable):
         return None  # (a number is any other plus a constant)
     if all(np.ptp(p.got - p.want) <= ATOL + RTOL * np.max(np.abs(p.want)) for p in usable):
-        return "every value is the right one plus the same constant, on every graded call: a term is added or dropped"
+        return f"every value is the right one plus the same constant{EVERY}: a term is added or dropped"
     if judged.want.ndim >= 1:
         for k in range(1, judged.want.ndim + 1):
             if judged.want.shape[-k] > 1 and all(p.want.ndim >= k and np.all(np.ptp(p.got - p.want, axis=-k) <= ATOL + RTOL * np.max(np.abs(p.want)))
                    for p in usable):
                 return (f"it is the right answer plus a constant along {_axis(-k, judged.want.ndim)} (one per "
-                        "slice), on every graded call: a normalising term (a log-sum-exp, a mean) is missing "
+                        f"slice){EVERY}: a normalising term (a log-sum-exp, a mean) is missing "
                         "or taken over other values")
     return None
 
@@ -327,8 +331,7 @@ def _except(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         best = (name, mine)
     name, mine = best
     every = bool(np.all(wrong[id(judged)][mine]))
-    return (f"it is right except {name}, where {'every value differs' if every else 'some values differ'}, on "
-            "every graded call")
+    return f"it is right except {name}, where {'every value differs' if every else 'some values differ'}{EVERY}"
 
 
 def _one_slice(usable: list[Pair], judged: Pair, wrong: dict) -> tuple[str | None, np.ndarray | None]:
@@ -391,18 +394,38 @@ def _sums_to_one(a: np.ndarray, k: int) -> bool:
 
 
 def _normalised(pairs: list[Pair], index: int, names: list[str]) -> str | None:
-    """The right answer sums to 1 along one axis, the learner's along another."""
-    usable = [p for p in pairs if p.comparable and p.want.ndim >= 2]
-    judged = pairs[index]
-    if judged not in usable:
+    """The right answer sums to 1 along one axis, the learner's along another, on every call."""
+    usable, judged = _usable(pairs, index)
+    if judged is None or judged.want.ndim < 2 or not all(p.want.ndim == judged.want.ndim for p in usable):
         return None
-    ndim = judged.want.ndim
+    axes = [_one_axes(p) for p in usable if not _close(p.got, p.want)]
+    right = set.intersection(*(a for a, _ in axes))
+    mine = set.intersection(*(b for _, b in axes))
+    if right and mine and not right & mine:
+        return _say_normalised(min(mine), min(right), judged.want.ndim) + EVERY
+    return None
 
-    right = [k for k in range(1, ndim + 1) if all(_sums_to_one(p.want, k) for p in usable)]
-    mine = [k for k in range(1, ndim + 1) if all(_sums_to_one(p.got, k) for p in usable if not _close(p.got, p.want))]
-    if right and mine and not set(right) & set(mine):
-        return (f"it sums to 1 along {_axis(-mine[0], ndim)}, where the right answer sums to 1 along "
-                f"{_axis(-right[0], ndim)}: it is normalised (a softmax?) over the wrong axis")
+
+def _one_axes(pair: Pair) -> tuple[set, set]:
+    """The axes (counted from the end) along which the right answer, and the learner's, sum to 1."""
+    ndim = pair.want.ndim
+    return ({k for k in range(1, ndim + 1) if _sums_to_one(pair.want, k)},
+            {k for k in range(1, ndim + 1) if _sums_to_one(pair.got, k)})
+
+
+def _say_normalised(mine: int, right: int, ndim: int) -> str:
+    return (f"it sums to 1 along {_axis(-mine, ndim)}, where the right answer sums to 1 along "
+            f"{_axis(-right, ndim)}: it is normalised (a softmax?) over the wrong axis")
+
+
+def normalised_here(pair: Pair) -> str | None:
+    """On this call, the learner's answer sums to 1 along another axis than the right one (a
+    property of this answer; a hint about the sum must not send the learner elsewhere)."""
+    if not pair.comparable or pair.want.ndim < 2:
+        return None
+    right, mine = _one_axes(pair)
+    if right and mine and not right & mine:
+        return _say_normalised(min(mine), min(right), pair.want.ndim)
     return None
 
 
@@ -499,6 +522,7 @@ RELATIONS = (_precision, _factor, _rearranged, _normalised, _offset, _except)
 # The relations that say how the whole answer is computed (not only where it is wrong): these
 # are preferred to a catalogued mistake that gives the answer to some calls only.
 WHOLE = RELATIONS[:-1]
+PATTERNS = RELATIONS[-1:]
 
 
 def describe(pairs: list[Pair], index: int, names: list[str], tried: tuple = RELATIONS) -> str | None:
@@ -508,5 +532,5 @@ def describe(pairs: list[Pair], index: int, names: list[str], tried: tuple = REL
     for relation in tried:
         said = relation(pairs, index, names)
         if said:
-            return said
+            return said if len(pairs) > 1 else said.replace(EVERY, "")
     return None
