@@ -743,7 +743,8 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
             or relations.normalised_here(pairs[index]) or relations.describe(pairs, index, names, relations.PATTERNS))
     if said:
         raise CheckFailed(f"{what}: {said}{right}")
-    where, calls = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index]), relations.right_on(pairs)
+    where = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index])
+    calls = relations.right_on(pairs) or ""
     if where:
         shape = "" if expected.ndim == 0 else f" has the right shape {expected.shape}, but"
         raise CheckFailed(f"{what}{shape or ':'} {where}{calls}{right}")

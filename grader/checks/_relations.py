@@ -49,6 +49,18 @@ class Pair:
                 and bool(np.all(np.isfinite(self.got))) and bool(np.all(np.isfinite(self.want))))
 
 
+def safely(describing: Callable[..., str | None]) -> Callable[..., str | None]:
+    """A description that says nothing (None) rather than fail: the grader must judge any
+    answer, and a relation tried on an answer of an odd kind may raise."""
+    def said(*args, **kwargs) -> str | None:
+        try:
+            with np.errstate(all="ignore"):
+                return describing(*args, **kwargs)
+        except Exception:  # (a bug here must cost a precise word, never a verdict)
+            return None
+    return said
+
+
 def _close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
@@ -319,8 +331,10 @@ def _except(pairs: list[Pair], index: int, names: list[str]) -> str | None:
             patterns.setdefault(name, {})[id(p)] = where
     for name, where in patterns.items():
         mine = where.get(id(judged))
-        if mine is None or mine.all() or not all(id(p) in where and not np.any(wrong[id(p)] & ~where[id(p)])
-                                                 for p in usable):
+        # (a call answered right fits any pattern, with the argument that draws it or without)
+        if mine is None or mine.all() or not all(
+                not wrong[id(p)].any() or (id(p) in where and not np.any(wrong[id(p)] & ~where[id(p)]))
+                for p in usable):
             continue
         if best is None or mine.sum() < best[1].sum():
             best = (name, mine)
@@ -352,6 +366,7 @@ def _one_slice(usable: list[Pair], judged: Pair, wrong: dict) -> tuple[str | Non
     return None, None
 
 
+@safely
 def where_wrong(pair: Pair) -> str:
     """Which positions of a wrong answer differ (nothing fitted): every position (""), the
     indices of the axis along which the fewest slices are wrong, or for a number, how many
@@ -376,6 +391,7 @@ def where_wrong(pair: Pair) -> str:
             f"{_axis(a - pair.want.ndim, pair.want.ndim)}; the others are right")
 
 
+@safely
 def right_on(pairs: list[Pair]) -> str:
     """The graded calls the learner's answer is right on, when some are and some are not
     (what they have in common tells where the mistake is): "" otherwise."""
@@ -418,6 +434,7 @@ def _say_normalised(mine: int, right: int, ndim: int) -> str:
             f"{_axis(-right, ndim)}: it is normalised (a softmax?) over the wrong axis")
 
 
+@safely
 def normalised_here(pair: Pair) -> str | None:
     """On this call, the learner's answer sums to 1 along another axis than the right one (a
     property of this answer; a hint about the sum must not send the learner elsewhere)."""
@@ -429,6 +446,7 @@ def normalised_here(pair: Pair) -> str | None:
     return None
 
 
+@safely
 def unnormalised(pair: Pair) -> str | None:
     """The right answer sums to 1 along an axis, the learner's (on this call) does not: a
     property of this one answer, said when no relation holds on every call."""
@@ -453,6 +471,7 @@ def _precision(pairs: list[Pair], index: int, names: list[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------- NaN, infinity
+@safely
 def nonfinite(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     """NaN or infinity in the learner's answer to call ``index`` (the first graded call that
     is wrong) where the right one is finite: the first position, and the pattern of all of
@@ -476,6 +495,7 @@ def nonfinite(pairs: list[Pair], index: int, names: list[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------- shapes
+@safely
 def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
     """How an answer of another shape relates to the right one, or None."""
     g, e = got.shape, want.shape
@@ -525,6 +545,7 @@ WHOLE = RELATIONS[:-1]
 PATTERNS = RELATIONS[-1:]
 
 
+@safely
 def describe(pairs: list[Pair], index: int, names: list[str], tried: tuple = RELATIONS) -> str | None:
     """How the learner's answer on call ``index`` (same shape as the right one, finite) relates
     to the right one, from the relations ``tried`` on every graded call; None if none fits.
