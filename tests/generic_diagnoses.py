@@ -111,7 +111,7 @@ def judged(exercise: str, fn: object, seeds: list[int]) -> list[tuple[str | None
 
     said = []
     for seed in seeds:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        with np.errstate(all="ignore"), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             try:
                 with _budget():
