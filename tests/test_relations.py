@@ -112,7 +112,7 @@ RELATED = [
      ("has an extra axis 2 of length 1 (keepdims=True, or a squeeze missing); the values are right",)),
     ("transformer-label_smoothed_loss", smoothed_loss_as_kl, ("it contains NaN where the right value is finite",)),
     ("scaling-scaled_scores", scores_with_helper,
-     ("raised NameError: name 'raw_scores' is not defined", "defined in a later cell",
+     ("raised NameError: name 'raw_scores' is not defined", "or defined in a later cell",
       "Restart the kernel and run all cells from the top to see it")),
 ]
 
@@ -232,3 +232,12 @@ def test_two_mistakes_at_once_are_never_claimed_from_one_call():
         message = verdict(exercise, seed, answers_of(exercise, _on_one_call_only(exercise, implementation), seed))
     assert message and re.search(r"partly like these: two mistakes at once: .*But they do not give your answers to",
                                  message), message
+
+
+def test_an_argument_that_tells_the_right_calls_from_the_wrong_ones_is_named():
+    rng = np.random.default_rng(2)
+    wants = [rng.normal(size=(3, 4)) for _ in range(4)]
+    pairs = [relations.Pair(w + (rng.normal(size=w.shape) if causal else 0), w, (None,), (("causal", causal),))
+             for w, causal in zip(wants, (True, False, True, False))]
+    said = relations.right_on(pairs, ["x"])
+    assert said == "; it is wrong exactly on the graded calls where causal is True, right on the others", said

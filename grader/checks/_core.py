@@ -488,9 +488,9 @@ def _explain_raised(case: Case) -> None:
     value(answer, name)
 
 
-UNDEFINED = ("; a name it uses is not defined when it runs: one defined in a later cell, or in a cell since "
-             "deleted, renamed or not run, is missing in a run from top to bottom. Restart the kernel and run "
-             "all cells from the top to see it")
+UNDEFINED = ("; a name it uses is not defined when it runs: misspelt, or defined in a later cell, or in a cell "
+             "since deleted, renamed or not run (a run from top to bottom does not have it). Restart the kernel "
+             "and run all cells from the top to see it")
 
 
 def _asked(case: Case, message: str) -> str:
@@ -744,7 +744,7 @@ def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part
     if said:
         raise CheckFailed(f"{what}: {said}{right}")
     where = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index])
-    calls = relations.right_on(pairs) or ""
+    calls = relations.right_on(pairs, names) or ""
     if where:
         shape = "" if expected.ndim == 0 else f" has the right shape {expected.shape}, but"
         raise CheckFailed(f"{what}{shape or ':'} {where}{calls}{right}")

@@ -252,6 +252,18 @@ def _rearranged(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     return None
 
 
+def _reordered(pairs: list[Pair], index: int, names: list[str]) -> str | None:
+    """The right values, each once, at other positions, on every call (after the named
+    rearrangements: a reshape where a transpose is asked, axes mixed up)."""
+    usable, judged = _usable(pairs, index)
+    if judged is None or judged.want.size < 2 or len(np.unique(judged.want)) < 2:
+        return None
+    if all(_close(np.sort(p.got, axis=None), np.sort(p.want, axis=None)) for p in usable):
+        return (f"it holds the right values, each once, at other positions{EVERY}: axes are mixed up (a reshape "
+                "where a transpose is needed, or a transpose of the wrong axes)")
+    return None
+
+
 # ------------------------------------------------------------------------------- offsets
 def _offset(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     """The answer is the right one plus a constant (everywhere, or one per slice of an axis)."""
@@ -392,15 +404,39 @@ def where_wrong(pair: Pair) -> str:
 
 
 @safely
-def right_on(pairs: list[Pair]) -> str:
-    """The graded calls the learner's answer is right on, when some are and some are not
-    (what they have in common tells where the mistake is): "" otherwise."""
-    right = [p.what for p in pairs if p.got is not None and p.got.shape == p.want.shape
+def right_on(pairs: list[Pair], names: list[str]) -> str:
+    """The graded calls the learner's answer is right on, when some are and some are not: an
+    argument that tells them apart (given or None, True or False), else how many and which;
+    "" when it is right on none."""
+    right = [p for p in pairs if p.got is not None and p.got.shape == p.want.shape
              and bool(np.allclose(p.got, p.want, rtol=RTOL, atol=ATOL, equal_nan=True))]
     if not right or len(right) == len(pairs):
         return ""
-    named = right[0] + (f" and {len(right) - 1} more" if len(right) > 1 else "")
+    split = _split(pairs, right, names)
+    if split:
+        return f"; it is wrong exactly on the graded calls where {split}, right on the others"
+    named = right[0].what + (f" and {len(right) - 1} more" if len(right) > 1 else "")
     return f"; it is right on {len(right)} of the {len(pairs)} graded calls: {named}"
+
+
+def _split(pairs: list[Pair], right: list[Pair], names: list[str]) -> str | None:
+    """An argument whose kind (None or given, a boolean's value) is one thing on every call
+    answered right and another on every call answered wrong, said as "top_k is given"."""
+    def kinds(p: Pair) -> dict[str, object]:
+        given = dict(_arguments(p, names))
+        return {name: ("None" if value is None else value if isinstance(value, (bool, np.bool_)) else "given")
+                for name, value in given.items() if value is None or isinstance(value, (bool, np.bool_, int, float,
+                                                                                         np.ndarray, str))}
+    every = set().union(*(kinds(p) for p in pairs))
+    for name in sorted(every):
+        seen = {id(p): kinds(p).get(name, "None") for p in pairs}
+        on_right = {seen[id(p)] for p in right}
+        on_wrong = {seen[id(p)] for p in pairs if p not in right}
+        if len(on_right) == len(on_wrong) == 1 and on_right != on_wrong:
+            (kind,) = on_wrong
+            return (f"{name} is given" if kind == "given" else f"{name} is None" if kind == "None"
+                    else f"{name} is {kind}")
+    return None
 
 
 # ---------------------------------------------------------------------- sums to one
@@ -538,7 +574,7 @@ def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
 # ---------------------------------------------------------------------- all of them
 # (precision first: a float16 answer is off everywhere by a little, which a factor near 1
 # or an offset would also fit, less truthfully)
-RELATIONS = (_precision, _factor, _rearranged, _normalised, _offset, _except)
+RELATIONS = (_precision, _factor, _rearranged, _reordered, _normalised, _offset, _except)
 # The relations that say how the whole answer is computed (not only where it is wrong): these
 # are preferred to a catalogued mistake that gives the answer to some calls only.
 WHOLE = RELATIONS[:-1]
