@@ -9,6 +9,7 @@ time in turns.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -18,6 +19,9 @@ import torch.nn.functional as F
 
 from coursekit.measure import fastest_seconds, peak_bytes
 from grader.checks import check
+# (the check the docstrings ask for first, ValueError for a block size below 1, put on every
+# learner-style answer here that is about something else)
+from grader.checks.efficient_attention import _blocks_checked as blocks_checked
 from tests.check_cases import shared_tests
 from tests.conftest import solution_namespace
 
@@ -37,6 +41,7 @@ def stub(*args, **kwargs):
 
 # ---------------------------------------------------------------- online_softmax
 
+@blocks_checked
 def _online_torch_float32(x, block_size):
     x = torch.as_tensor(x, dtype=torch.float32)
     m = torch.full(x.shape[:-1] + (1,), float("-inf"))
@@ -48,6 +53,7 @@ def _online_torch_float32(x, block_size):
     return torch.exp(x - m) / s
 
 
+@blocks_checked
 def _online_log_sum_exp(x, block_size):
     """A running log-sum-exp instead of a running maximum and sum."""
     lse = np.full(x.shape[:-1] + (1,), -np.inf)
@@ -58,19 +64,24 @@ def _online_log_sum_exp(x, block_size):
     return np.exp(x - lse)
 
 
-def _online_first_block(x, block_size):
-    """The running maximum and sum started from the first block, not from -inf and 0."""
-    first = x[..., :block_size]
-    m = first.max(axis=-1, keepdims=True)
-    s = np.exp(first - m).sum(axis=-1, keepdims=True)
-    for start in range(block_size, x.shape[-1], block_size):
-        block = x[..., start:start + block_size]
-        new = np.maximum(m, block.max(axis=-1, keepdims=True))
-        s = s * np.exp(m - new) + np.exp(block - new).sum(axis=-1, keepdims=True)
-        m = new
-    return np.exp(x - m) / s
+def online_from_first_block(factor="m - new"):
+    """The running maximum and sum started from the first block, not from -inf and 0, then rescaled by
+    exp(factor): valid with exp(m - new), the rescaling factor inverted with exp(new - m)."""
+    @blocks_checked
+    def online_softmax(x, block_size):
+        first = x[..., :block_size]
+        m = first.max(axis=-1, keepdims=True)
+        s = np.exp(first - m).sum(axis=-1, keepdims=True)
+        for start in range(block_size, x.shape[-1], block_size):
+            block = x[..., start:start + block_size]
+            new = np.maximum(m, block.max(axis=-1, keepdims=True))
+            s = s * np.exp(m - new if factor == "m - new" else new - m) + np.exp(block - new).sum(axis=-1, keepdims=True)
+            m = new
+        return np.exp(x - m) / s
+    return online_softmax
 
 
+@blocks_checked
 def _online_entry_by_entry(x, block_size):
     """Milakov & Gimelshein's Algorithm 3 as written: one entry at a time (the blocks ignored,
     the same weights)."""
@@ -83,6 +94,7 @@ def _online_entry_by_entry(x, block_size):
     return np.exp(x - m[..., None]) / d[..., None]
 
 
+@blocks_checked
 def _online_torch_no_rescale(x, block_size):
     x = torch.as_tensor(x)
     m, s = torch.tensor(float("-inf")).expand(x.shape[:-1] + (1,)), torch.zeros(x.shape[:-1] + (1,), dtype=x.dtype)
@@ -92,6 +104,7 @@ def _online_torch_no_rescale(x, block_size):
     return torch.exp(x - m) / s
 
 
+@blocks_checked
 def _online_torch_no_division(x, block_size):
     x = torch.as_tensor(x)
     m = x[..., :1].clone()
@@ -100,8 +113,113 @@ def _online_torch_no_division(x, block_size):
     return torch.exp(x - m)
 
 
+@blocks_checked
+def _online_inverted_torch(x, block_size):
+    """torch, the running maximum from -inf, the rescaling factor exp(m_new - m_old)."""
+    x = torch.as_tensor(x)
+    m = torch.full(x.shape[:-1] + (1,), -math.inf, dtype=x.dtype)
+    d = torch.zeros_like(m)
+    for block in x.split(block_size, dim=-1):
+        m_new = torch.maximum(m, block.amax(-1, keepdim=True))
+        d = d * (m_new - m).exp() + (block - m_new).exp().sum(-1, keepdim=True)
+        m = m_new
+    return (x - m).exp() / d
+
+
+def _online_split_unchecked(x, block_size):
+    """No check of its own: torch.split raises RuntimeError at 0 and a negative block is an empty loop."""
+    return _online_torch_float32.__wrapped__(x, block_size)
+
+
 # ---------------------------------------------------------------- tiled_attention
 
+def flash_algorithm_1(slip=None):
+    """Dao et al. (2022), FlashAttention, Algorithm 1 as printed: key/value blocks in the outer
+    loop, the query blocks inside; l and m per row kept for every query; the tile's own row maximum
+    m~, P~ = exp(S - m~), l~ its row sums; O_i <- diag(l_new)^-1 (diag(l) e^(m - m_new) O_i +
+    e^(m~ - m_new) P~ V_j): O normalised after every tile. With the scale 1 / sqrt(d_k) and the
+    causal mask of the docstring (a row wholly masked in a tile has m~ = -inf: measured from 0
+    instead, its P~ is 0). ``slip`` is a transcription slip."""
+    @blocks_checked
+    def tiled_attention(query, key, value, q_block, k_block, causal=False):
+        n, d = query.shape[-2], query.shape[-1]
+        O = torch.zeros(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+        l = torch.zeros(query.shape[:-1] + (1,), dtype=query.dtype)
+        m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+        for j in range(0, key.shape[-2], k_block):
+            K_j, V_j = key[..., j:j + k_block, :], value[..., j:j + k_block, :]
+            for i in range(0, n, q_block):
+                rows = slice(i, min(i + q_block, n))
+                if causal and j > rows.stop - 1:
+                    continue
+                S = query[..., rows, :] @ K_j.transpose(-2, -1) / math.sqrt(d)
+                if causal:
+                    S = S.masked_fill(torch.arange(i, rows.stop)[:, None] < torch.arange(j, j + K_j.shape[-2]),
+                                      -math.inf)
+                m_t = S.amax(-1, keepdim=True)
+                P_t = torch.exp(S - m_t.nan_to_num(neginf=0.0))
+                l_t = P_t.sum(-1, keepdim=True)
+                m_i, l_i = m[..., rows, :], l[..., rows, :]
+                m_new = torch.maximum(m_i, m_t)
+                new = 1.0 if slip == "block max only" else torch.exp(m_t.nan_to_num(neginf=0.0) - m_new)
+                old = 1.0 if slip == "O not rescaled" else torch.exp(m_i - m_new)
+                l_new = torch.exp(m_i - m_new) * l_i + new * l_t
+                kept = l_i * l_i if slip == "l twice" else l_i
+                O[..., rows, :] = (kept * old * O[..., rows, :] + new * (P_t @ V_j)) / l_new
+                l[..., rows, :] = l_new
+                m[..., rows, :] = m_t if slip == "block max kept" else m_new
+        return O / l if slip == "divided again" else O
+    return tiled_attention
+
+
+def tiled_flash2(scale=lambda d_k: d_k ** -0.5, skipped=lambda k_start, last_query: k_start > last_query):
+    """FlashAttention-2's loop (query blocks outside), the scores multiplied by ``scale(d_k)``, a key
+    block skipped under the causal mask when ``skipped(k_start, last query of the block)``."""
+    @blocks_checked
+    def tiled_attention(query, key, value, q_block, k_block, causal=False):
+        out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+        for qs in range(0, query.shape[-2], q_block):
+            q = query[..., qs:qs + q_block, :] * scale(query.shape[-1])
+            last = qs + q.shape[-2] - 1
+            m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+            l, acc = torch.zeros_like(m), torch.zeros(q.shape[:-1] + value.shape[-1:], dtype=q.dtype)
+            for ks in range(0, key.shape[-2], k_block):
+                if causal and skipped(ks, last):
+                    break
+                scores = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+                if causal:
+                    scores = scores.masked_fill(torch.arange(qs, last + 1)[:, None]
+                                                < torch.arange(ks, ks + scores.shape[-1]), -math.inf)
+                m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+                alpha, p = torch.exp(m - m_new), torch.exp(scores - m_new)
+                l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ value[..., ks:ks + k_block, :], m_new
+            out[..., qs:last + 1, :] = acc / l
+        return out
+    return tiled_attention
+
+
+@blocks_checked
+def _tiled_inverted_factor(query, key, value, q_block, k_block, causal=False):
+    """FlashAttention-2's loop with exp(m_new - m) where exp(m - m_new) is due."""
+    out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
+        l, acc = torch.zeros_like(m), torch.zeros(q.shape[:-1] + value.shape[-1:], dtype=q.dtype)
+        for ks in range(0, key.shape[-2], k_block):
+            scores = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+            if causal:
+                scores = scores.masked_fill(torch.arange(qs, qs + q.shape[-2])[:, None]
+                                            < torch.arange(ks, ks + scores.shape[-1]), -math.inf)
+            m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+            alpha, p = torch.exp(m_new - m), torch.exp(scores - m_new)
+            l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ value[..., ks:ks + k_block, :], m_new
+        out[..., qs:qs + q_block, :] = acc / l
+    return out
+
+
+
+@blocks_checked
 def _tiled_normalized(query, key, value, q_block, k_block, causal=False):
     """FlashAttention-1's bookkeeping: the output kept normalized after every tile."""
     out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
@@ -128,6 +246,7 @@ def _tiled_normalized(query, key, value, q_block, k_block, causal=False):
     return out
 
 
+@blocks_checked
 def _tiled_float32_full_mask(query, key, value, q_block, k_block, causal=False):
     """float32 throughout, the causal mask built once (q_len, k_len) and cut into tiles."""
     query, key, value = (t.float() for t in (query, key, value))
@@ -150,6 +269,7 @@ def _tiled_float32_full_mask(query, key, value, q_block, k_block, causal=False):
     return out
 
 
+@blocks_checked
 def _tiled_keys_outside(query, key, value, q_block, k_block, causal=False):
     """FlashAttention-1's loop order: key blocks outside, every query's running state kept."""
     q_len = query.shape[-2]
@@ -175,6 +295,7 @@ def _tiled_keys_outside(query, key, value, q_block, k_block, causal=False):
     return acc / total
 
 
+@blocks_checked
 def _tiled_trimmed_diagonal(query, key, value, q_block, k_block, causal=False):
     """Under the causal mask, a tile that crosses the diagonal is cut to the keys its last query
     may see before its scores are computed: fewer wasted scores, the same answer."""
@@ -200,6 +321,7 @@ def _tiled_trimmed_diagonal(query, key, value, q_block, k_block, causal=False):
     return out
 
 
+@blocks_checked
 def _tiled_no_acc_rescale(query, key, value, q_block, k_block, causal=False):
     out = torch.empty(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
     for qs in range(0, query.shape[-2], q_block):
@@ -222,6 +344,7 @@ def _tiled_no_acc_rescale(query, key, value, q_block, k_block, causal=False):
     return out
 
 
+@blocks_checked
 def _tiled_causal_tiles_only(query, key, value, q_block, k_block, causal=False):
     """Under the causal mask, each query block attends, unmasked, to every key of the tiles it
     keeps: up to the end of the key block that holds its last query."""
@@ -233,6 +356,7 @@ def _tiled_causal_tiles_only(query, key, value, q_block, k_block, causal=False):
     return torch.cat(outputs, dim=-2)
 
 
+@blocks_checked
 def _tiled_masks_every_tile(query, key, value, q_block, k_block, causal=False):
     """Right values from every tile computed and masked: nothing skipped."""
     mask = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril() if causal else None
@@ -333,6 +457,18 @@ def _gqa_no_mask(query, key, value, mask=None):
     return _gqa_builtin(query, key, value)
 
 
+def _gqa_expand_groups_first(query, key, value, mask=None):
+    """The key/value heads expanded along a new axis in front of them, (batch, group, kv_heads, ...),
+    then flattened: head h gets key/value head h % kv_heads, as .repeat would."""
+    b, kv_heads, k_len, d_k = key.shape
+    group, rest = divmod(query.shape[1], kv_heads)
+    if rest:
+        raise ValueError("kv_heads must divide heads")
+    k = key[:, None].expand(b, group, kv_heads, k_len, d_k).reshape(b, -1, k_len, d_k)
+    v = value[:, None].expand(b, group, *value.shape[1:]).reshape(b, -1, k_len, value.shape[-1])
+    return F.scaled_dot_product_attention(query, k, v, attn_mask=mask)
+
+
 # ---------------------------------------------------------------- kv_cache_bytes
 
 def _kv_prod(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
@@ -366,6 +502,21 @@ def _kv_unchecked(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
     return 2 * tokens * layers * kv_heads * (d_model // heads) * bytes_per_value
 
 
+def _kv_per_group(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    """The group size heads // kv_heads taken for the number of key/value heads."""
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("the heads do not divide evenly")
+    d_head = d_model // heads
+    return 2 * tokens * layers * (heads // kv_heads) * d_head * bytes_per_value
+
+
+def _kv_one_layer(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
+    if d_model % heads or heads % kv_heads:
+        raise ValueError("the heads do not divide evenly")
+    per_token = 2 * kv_heads * (d_model // heads) * bytes_per_value
+    return tokens * per_token
+
+
 # ---------------------------------------------------------------- sliding_window_mask
 
 def _window_torch(seq_len, window):
@@ -393,6 +544,22 @@ def _window_torch_plus_one(seq_len, window):
     return torch.ones(seq_len, seq_len).tril().triu(-window).bool()
 
 
+def _window_one_too_few(seq_len, window):
+    """np.triu's diagonal -window + 1 taken one too far: window - 1 keys per query."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    ones = np.ones((seq_len, seq_len), dtype=bool)
+    return np.tril(ones) & np.triu(ones, k=-window + 2)
+
+
+def _window_strictly_before(seq_len, window):
+    """np.tril's diagonal -1: the keys strictly before the query, within the window."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    ones = np.ones((seq_len, seq_len), dtype=bool)
+    return np.tril(ones, k=-1) & np.triu(ones, k=-(window - 1))
+
+
 def _window_symmetric(seq_len, window):
     if window < 1:
         raise ValueError("window must be positive")
@@ -411,6 +578,9 @@ MISTAKES = {
         (_online_torch_no_division, "the final division is missing"),
         (stub, "not answered yet"),
         (lambda x, block_size: None, "returns nothing (None)"),
+        (online_from_first_block("new - m"), "the rescaling factor is inverted"),
+        (_online_inverted_torch, "NaN or infinity at moderate scores: the rescaling factor is inverted"),
+        (_online_split_unchecked, "it should raise ValueError, as the docstring says"),
     ],
     "efficient_attention-tiled_attention": [
         (_tiled_no_acc_rescale, "accumulator is not rescaled"),
@@ -419,10 +589,19 @@ MISTAKES = {
         (_tiled_numpy, "the tensors are PyTorch here"),
         (_tiled_no_return, "returns nothing (None)"),
         (stub, "not answered yet"),
+        (flash_algorithm_1("O not rescaled"), "the output accumulator is not rescaled"),
+        (flash_algorithm_1("l twice"), "the accumulator is multiplied by the running sum l"),
+        (flash_algorithm_1("divided again"), "the output is divided by the running sum l twice"),
+        (flash_algorithm_1("block max only"), "measured from the tile's own row maximum"),
+        (flash_algorithm_1("block max kept"), "the running maximum is replaced by the tile's own row maximum"),
+        (_tiled_inverted_factor, "NaN or infinity at moderate scores, no mask: the rescaling factor is inverted"),
+        (tiled_flash2(scale=lambda d_k: d_k ** 0.5), "it multiplies the scores by sqrt(d_k)"),
+        (tiled_flash2(skipped=lambda k_start, last_query: k_start >= last_query), "it skips one tile too many"),
     ],
     "efficient_attention-grouped_query_attention": [
         (_gqa_repeat, "reads key/value head h % kv_heads"),
         (_gqa_modulo_loop, "reads key/value head h % kv_heads"),
+        (_gqa_expand_groups_first, "reads key/value head h % kv_heads"),
         (_gqa_unchecked, "it should raise ValueError"),
         (_gqa_no_mask, "it ignores the mask"),
         (stub, "not answered yet"),
@@ -430,12 +609,16 @@ MISTAKES = {
     "efficient_attention-kv_cache_bytes": [
         (_kv_keys_only, "a factor 2"),
         (_kv_mha, "counts every query head"),
+        (_kv_per_group, "it counts heads // kv_heads heads"),
+        (_kv_one_layer, "it leaves out the layers"),
         (_kv_unchecked, "it should raise ValueError"),
         (stub, "not answered yet"),
     ],
     "efficient_attention-sliding_window_mask": [
         (_window_torch_plus_one, "window + 1 keys"),
         (_window_symmetric, "both sides of the diagonal"),
+        (_window_one_too_few, "window - 1 keys"),
+        (_window_strictly_before, "a query does not see itself (j < i, off by one at the diagonal)"),
         (_window_no_check, "it should raise ValueError"),
         (stub, "not answered yet"),
     ],
@@ -445,7 +628,7 @@ VARIANTS = {
     "efficient_attention-online_softmax": [
         _online_torch_float32,
         _online_log_sum_exp,
-        _online_first_block,
+        online_from_first_block(),
         _online_entry_by_entry,
     ],
     "efficient_attention-tiled_attention": [
@@ -453,6 +636,8 @@ VARIANTS = {
         _tiled_float32_full_mask,
         _tiled_keys_outside,
         _tiled_trimmed_diagonal,
+        flash_algorithm_1(),
+        tiled_flash2(),
     ],
     "efficient_attention-grouped_query_attention": [
         _gqa_grouped_view,
@@ -515,6 +700,8 @@ def test_fastest_seconds_runs_every_call_in_turns_and_keeps_the_fastest():
 
 def test_checks_do_not_trust_inputs_changed_in_place():
     def in_place(x, block_size):
+        if block_size < 1:
+            raise ValueError("block_size must be at least 1")
         x -= x.max(axis=-1, keepdims=True)
         np.exp(x, out=x)
         x /= x.sum(axis=-1, keepdims=True)

@@ -13,7 +13,8 @@ import torch
 
 from grader.checks import CheckFailed, check
 from tests.conftest import solution_namespace
-from tests.check_cases import shared_tests
+from tests.check_cases import _verdict_for_seed, shared_tests
+from tests.scope import student_seeds
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +88,18 @@ def _combine_square_when_none(padding, causal):
     return keys & causal
 
 
+def _gpt2_masked_bias(scores, mask):
+    # GPT-2's attention (Hugging Face transformers): torch.where(causal, w, self.masked_bias), -1e4
+    w = torch.as_tensor(scores)
+    w = torch.where(torch.as_tensor(mask), w, torch.tensor(-1e4, dtype=w.dtype))
+    return torch.nn.functional.softmax(w, dim=-1)
+
+
+def ref_combine(padding, causal):
+    keys = padding[:, None, None, :]
+    return keys if causal is None else keys & causal
+
+
 # The mistakes of grader/checks/masking.py's catalogue are asserted by tests/test_catalogue.py;
 # these are the others (torch code, stubs, and implementations the catalogue does not hold).
 MISTAKES = {
@@ -109,6 +122,7 @@ MISTAKES = {
         (lambda size: np.tril(np.ones((size, size), dtype=bool), k=-1), "off by one on the diagonal"),
         (lambda size: torch.ones(size, size, dtype=torch.bool).triu(diagonal=1), "attn_mask"),
         (lambda size: torch.nn.Transformer.generate_square_subsequent_mask(size), "additive float mask"),
+        (lambda size: np.where(np.tril(np.ones((size, size))), 0.0, -1e9), "holds 0 and -1e+09: that is an additive"),
         (lambda size: np.tril(np.ones((size, size - 1), dtype=bool)), "has shape"),
         (stub, "not answered yet"),
     ],
@@ -123,9 +137,13 @@ MISTAKES = {
         (_combine_ignores_padding, "ignores the padding mask"),
         (_combine_without_none, "causal may be None"),
         (_combine_square_when_none, "no q_len to know"),
+        (lambda padding, causal: (1.0 - ref_combine(padding, causal)) * -10000.0, "holds 0 and -10000: that is an additive"),
         (stub, "not answered yet"),
     ],
     "masking-apply_mask": [
+        (lambda scores, mask, fill=-1e4: np.where(mask, scores, fill), "hold -10000, a finite fill"),
+        (lambda scores, mask, fill=-1e9: torch.as_tensor(scores).masked_fill(~torch.as_tensor(mask), -1e5)
+         if fill == -1e9 else np.where(mask, scores, fill), "hold -100000, a finite fill"),
         (lambda scores, mask, fill=-1e9: scores * mask, "fills the masked positions with 0"),
         (lambda scores, mask, fill=-1e9: torch.as_tensor(scores).masked_fill(torch.as_tensor(mask), fill),
          "inverted"),
@@ -133,6 +151,20 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "masking-masked_softmax": [
+        (lambda scores, mask: torch.softmax(torch.as_tensor(scores).masked_fill(~torch.as_tensor(mask), float("inf")),
+                                            dim=-1), "NaN in every row that masks a key"),
+        (lambda scores, mask: _softmax(scores * mask + (~mask) * -np.inf), "NaN in every row that masks a key"),
+        (lambda scores, mask: torch.nn.functional.softmax(
+            torch.as_tensor(scores).masked_fill(~torch.as_tensor(mask), float("-inf"))), "an implicit dim"),
+        (lambda scores, mask: np.exp(np.where(mask, scores, -np.inf)) / np.exp(np.where(mask, scores, -np.inf)).sum(),
+         "over the whole array at once"),
+        (lambda scores, mask: (lambda e: e / e.sum(axis=-1))(np.exp(np.where(mask, scores, -np.inf))),
+         "keepdims=True forgotten"),
+        (lambda scores, mask: _softmax(np.where(mask, scores, -np.inf), axis=0), "over another axis than the keys"),
+        (_gpt2_masked_bias, "of order -1e4 (GPT-2's masked_bias is -1e4)"),
+        (lambda scores, mask: _softmax(np.where(mask, scores, np.finfo(np.float16).min)), "of order -1e5"),
+        (lambda scores, mask: _softmax(np.where(mask, scores, -1e8)), "of order -1e8"),
+        (lambda scores, mask: _softmax(np.where(mask, scores, -100.0)), "filled with a finite number (such as -1e4"),
         (lambda scores, mask: _softmax(scores * mask), "sets the masked scores to 0"),
         (lambda scores, mask: _softmax(np.where(mask, -1e9, scores)), "inverted"),
         (lambda scores, mask: _softmax(np.where(mask, scores, -np.inf), axis=-2), "each column sums to 1"),
@@ -213,6 +245,11 @@ VARIANTS = {
         _torch_masked_softmax,
         _renormalized,
         lambda scores, mask: torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1),  # torch-only
+        lambda scores, mask: _softmax(np.where(mask, scores, -1e30)),
+        lambda scores, mask: _softmax(np.where(mask, scores, np.finfo(scores.dtype).min)),
+        lambda scores, mask: torch.softmax(torch.as_tensor(scores, dtype=torch.float32).masked_fill(
+            ~torch.as_tensor(mask), torch.finfo(torch.float32).min), dim=-1),
+        lambda scores, mask: _softmax(scores + np.where(mask, 0.0, -1e9)),  # additive
     ],
 }
 
@@ -240,3 +277,24 @@ def test_diagnoses_do_not_print_hidden_inputs():
     with pytest.raises(CheckFailed) as failure:
         check("masking-padding_mask_from_lengths", MISTAKES["masking-padding_mask_from_lengths"][0][0])
     assert "[" not in str(failure.value)
+
+
+FINITE_FILLS = [-1e3, -1e4, -3e4, -65504.0, -1e5, -1e6, -1e7, -1e8, -2e8]
+
+
+@pytest.mark.parametrize("fill", FINITE_FILLS)
+def test_every_seed_rejects_a_finite_fill_that_real_scores_go_below(fill):
+    """A finite fill above some real scores (GPT-2's masked_bias, -1e4, and the whole kind up to
+    -2e8) is rejected on every seed, with a diagnosis that names a finite fill; -1e9 (the
+    docstring's default) and -inf pass (VARIANTS)."""
+    def masked_softmax(scores, mask):
+        return _softmax(np.where(mask, scores, fill))
+
+    def apply_mask(scores, mask, fill_=None):
+        return np.where(mask, scores, fill if fill_ is None else fill_)
+
+    for seed in student_seeds(10):
+        message = _verdict_for_seed("masking-masked_softmax", masked_softmax, seed)
+        assert message and "filled with a finite number" in message, (seed, message)
+        message = _verdict_for_seed("masking-apply_mask", lambda s, m, fill=None: apply_mask(s, m, fill), seed)
+        assert message and f"hold {fill:g}, a finite fill" in message, (seed, message)

@@ -202,6 +202,8 @@ def make_mha(*, scale="d_k", split="right", merge="right", heads_mode="concat", 
             def split_(t):
                 if split == "no_transpose":
                     return t.reshape(b, h, t.shape[1], d_k)
+                if split == "transpose_first":
+                    return t.transpose(1, 2).reshape(b, h, t.shape[1], d_k)
                 return t.reshape(b, t.shape[1], h, d_k).transpose(1, 2)
 
             Q, K, V = split_(Q), split_(K), split_(V)
@@ -220,6 +222,8 @@ def make_mha(*, scale="d_k", split="right", merge="right", heads_mode="concat", 
                 merged = None
             elif merge == "no_transpose":
                 merged = out.reshape(b, q_len, d)
+            elif merge == "last_axes":
+                merged = out.transpose(-1, -2).reshape(b, q_len, d)
             else:
                 merged = out.transpose(1, 2).reshape(b, q_len, d)
             result = layers[3](merged) if w_o else merged
@@ -397,6 +401,39 @@ def _load_new_parameters(module, torch_mha):
     return module
 
 
+def _split_transpose_then_reshape(x, heads):
+    """Transposed to (batch, d_model, seq_len) first, then reshaped into the heads."""
+    b, s, d = x.shape
+    if d % heads:
+        raise ValueError("heads must divide d_model")
+    return x.transpose(1, 2).reshape(b, heads, s, d // heads)
+
+
+def _merge_last_axes_swapped(x):
+    """.transpose(-1, -2) where .transpose(1, 2) is due."""
+    b, h, s, d_k = x.shape
+    return x.transpose(-1, -2).reshape(b, s, h * d_k)
+
+
+def _merge_reshape_then_transpose(x):
+    b, h, s, d_k = x.shape
+    return x.reshape(b, h * d_k, s).transpose(1, 2)
+
+
+def _merge_heads_axis_first(x):
+    """The heads moved to the front of each token's features by the wrong permutation."""
+    b, h, s, d_k = x.shape
+    return x.permute(2, 0, 1, 3).reshape(b, s, h * d_k)
+
+
+def _split_features_outer(x, heads):
+    """d_model split as (d_k, heads), the heads then moved forward with one permute."""
+    b, s, d = x.shape
+    if d % heads:
+        raise ValueError("heads must divide d_model")
+    return x.reshape(b, d // heads, s, heads).permute(0, 3, 2, 1)
+
+
 MISTAKES = {
     "multi_head-split_heads": [
         (_split_no_transpose, "without a transpose, which mixes the tokens between heads"),
@@ -404,6 +441,8 @@ MISTAKES = {
         (_split_d_k_is_d_model, "d_k = d_model // heads, not d_model"),
         (_split_wrong_transpose, "returns (batch, heads, d_k, seq_len)"),
         (_split_no_swap, "returns (batch, seq_len, heads, d_k)"),
+        (_split_transpose_then_reshape, "it transposes x to (batch, d_model, seq_len) before the reshape"),
+        (_split_features_outer, "it holds the right numbers in the wrong places"),
         (_split_no_check, "returned a value; heads does not divide d_model"),
         (_split_relies_on_reshape, "torch's own reshape error is a RuntimeError"),
         (_split_numpy_transpose, "to reorder every axis use x.permute(0, 2, 1, 3)"),
@@ -417,6 +456,10 @@ MISTAKES = {
         (lambda x: x.mean(dim=1), "it averages the heads; concatenate them"),
         (lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "the heads are interleaved"),
         (lambda x: _merge(x.flip(1)), "concatenated in reverse order"),
+        (_merge_last_axes_swapped, "it swaps seq_len and d_k"),
+        (_merge_heads_axis_first, "it holds the right numbers in the wrong places"),
+        (_merge_reshape_then_transpose, "reshapes (batch, heads, seq_len, d_k) to (batch, d_model, seq_len) and "
+                                        "transposes after"),
         (_merge_view_no_contiguous, "use .reshape or .contiguous().view"),
         (_merge_numpy, "returns a numpy array for a torch tensor input"),
         (stub, "not answered yet"),
@@ -425,6 +468,8 @@ MISTAKES = {
         (make_mha(scale="d_model"), "divides the scores by sqrt(d_model)"),
         (make_mha(heads_mode="sum"), "Are the heads summed or averaged?"),
         (make_mha(split="no_transpose"), "splits the heads with a reshape straight to"),
+        (make_mha(split="transpose_first"), "it transposes x to (batch, d_model, seq_len) before the reshape"),
+        (make_mha(merge="last_axes"), "it swaps seq_len and d_k"),
         (make_mha(merge="no_transpose"), "concatenates the heads with a reshape of (batch, heads, q_len, d_k) straight"),
         (make_mha(mask_mode="never"), "has no heads axis: give it one, mask.unsqueeze(1)"),
         (make_mha(mask_mode="always"), "A (q_len, k_len) mask broadcasts over batch and heads as it is"),

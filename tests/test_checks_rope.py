@@ -89,6 +89,14 @@ def angles_llama_i(seq_len, d_k, base=10000.0):
     return torch.arange(seq_len).double()[:, None] * freqs
 
 
+def angles_pair_index_over_d_k(seq_len, d_k, base=10000.0):
+    """The exponent -i / d_k with i the pair index: the 2 of 2i / d_k left out."""
+    if d_k % 2:
+        raise ValueError("odd")
+    i = np.arange(d_k // 2)
+    return np.outer(np.arange(seq_len), 1.0 / base ** (i / d_k))
+
+
 # ---------------------------------------------------------------- apply_rope
 
 def apply_complex(x, angles, pairing="interleaved"):
@@ -136,6 +144,30 @@ def apply_rotate_half(x, angles, pairing="interleaved"):
         rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
         return x * cos + rotated * sin
     raise ValueError("pairing")
+
+
+def apply_llama_only(x, angles, pairing="interleaved"):
+    """Llama's rotate_half whatever pairing is asked: the halves (i, i + d_k/2) always."""
+    if pairing not in ("interleaved", "halves"):
+        raise ValueError(pairing)
+    x = torch.as_tensor(x).double()
+    cos, sin = torch.as_tensor(angles).cos().repeat(1, 2), torch.as_tensor(angles).sin().repeat(1, 2)
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def apply_paper_only(x, angles, pairing="interleaved"):
+    """RoFormer's eq. 34 with complex numbers on the pairs (2i, 2i + 1), whatever pairing is asked."""
+    if pairing not in ("interleaved", "halves"):
+        raise ValueError(pairing)
+    return apply_complex(x, angles, "interleaved")
+
+
+def apply_swapped_names(x, angles, pairing="interleaved"):
+    """'interleaved' read as Llama's rotate_half (the halves interleave their roles), 'halves' as (2i, 2i + 1)."""
+    if pairing not in ("interleaved", "halves"):
+        raise ValueError(pairing)
+    return apply_rotate_half(x, angles, "halves" if pairing == "interleaved" else "interleaved")
 
 
 def apply_conjugate(x, angles, pairing="interleaved"):
@@ -262,6 +294,16 @@ class RotaryInputs(RotaryValuesToo):
                            split_heads(self.W_v(value), self.heads), mask)
 
 
+class RotaryRotateHalf(RotaryValuesToo):
+    """Llama's attention: the queries and keys of every head rotated with rotate_half, pairs (i, i + d_k/2)."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = (split_heads(w(x), self.heads) for w, x in [(self.W_q, query), (self.W_k, key), (self.W_v, value)])
+        q = apply_llama_only(q, rope_angles(q.shape[-2], self.d_k)).float()
+        k = apply_llama_only(k, rope_angles(k.shape[-2], self.d_k)).float()
+        return self.attend(q, k, v, mask)
+
+
 def apply_numpy_t(x, angles):
     return torch.as_tensor(apply_numpy(x.detach().numpy(), angles), dtype=x.dtype)
 
@@ -274,18 +316,23 @@ MISTAKES = {
         (angles_all_columns, "each angle twice"),
         (angles_frequencies_only, "has shape"),
         (angles_llama_i, "the frequencies fall too fast"),
+        (angles_pair_index_over_d_k, "the frequencies fall too slowly"),
     ],
     "rope-apply_rope": [
         (stub, "not answered yet"),
         (apply_conjugate, "it rotates the wrong way"),
         (apply_no_check, "should raise ValueError"),
         (apply_halves_as_tables, "the pairing is mixed up"),
+        (apply_llama_only, "it always pairs features (i, i + d_k/2)"),
+        (apply_paper_only, "it always pairs features (2i, 2i + 1)"),
+        (apply_swapped_names, "the pairings are swapped"),
     ],
     "rope-RotaryMultiHeadAttention": [
         (RotaryStub, "not answered yet"),
         (RotaryValuesToo, "it rotates the values too"),
         (RotaryBeforeSplit, "with d_model frequencies before the split"),
         (RotaryInputs, "it rotates the inputs before W_q and W_k"),
+        (RotaryRotateHalf, "it rotates pairs (i, i + d_k/2)"),
     ],
 }
 

@@ -111,6 +111,18 @@ def _einsum_attention(x, w_q, w_k):
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _weights_implicit_dim(x, w_q, w_k):
+    # torch code with the softmax's dim left out: right on one sentence, dim 0 on a batch
+    q, k = torch.as_tensor(x) @ torch.as_tensor(w_q), torch.as_tensor(x) @ torch.as_tensor(w_k)
+    return torch.nn.functional.softmax(q @ k.transpose(-2, -1) / math.sqrt(w_q.shape[-1]))
+
+
+def _weights_no_keepdims(x, w_q, w_k):
+    scores = (x @ w_q) @ np.swapaxes(x @ w_k, -1, -2) / np.sqrt(w_q.shape[-1])
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1)  # keepdims forgotten: (seq,) broadcasts along the rows
+
+
 MISTAKES = {
     "scaling-dot_variance": [
         (lambda q, k: np.var(np.sum(q * k, -1), ddof=1), "sample variance (ddof=1"),
@@ -162,6 +174,8 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "scaling-self_attention_weights": [
+        (_weights_implicit_dim, "an implicit dim"),
+        (_weights_no_keepdims, "each row is divided by another row's sums"),
         (lambda x, q, k: _attention(x, q, k, scale=lambda x_, w: np.sqrt(x_.shape[-1])), "sqrt(d_model)"),
         (lambda x, q, k: _attention(x, q, k, scale=lambda x_, w: np.sqrt(w.shape[0])), "sqrt(d_model)"),
         (lambda x, q, k: _attention(x, q, k, scale=lambda x_, w: x_.shape[-1]), "divides by d_model"),

@@ -34,6 +34,12 @@ def _softmax(x, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def _lookup_implicit_dim(scores, values):
+    # torch code with the softmax's dim left out: dim 0 (the batch) of 3-D scores
+    weights = torch.nn.Softmax()(torch.as_tensor(scores))
+    return weights @ torch.as_tensor(values), weights
+
+
 MISTAKES = {
     "similarity-dot_product": [
         (lambda a, b: a * b, "element-wise products"),
@@ -62,6 +68,10 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "similarity-soft_lookup": [
+        (_lookup_implicit_dim, "an implicit dim"),
+        (lambda s, v: (lambda w: (w @ v, w))(np.exp(s) / np.exp(s).sum()), "over the whole array at once"),
+        (lambda s, v: (lambda e: (e / e.sum(-1) @ v, e / e.sum(-1)))(np.exp(s - s.max(-1, keepdims=True))),
+         "keepdims=True forgotten"),
         (lambda s, v: (_softmax(s, -2) @ v, _softmax(s, -2)), "each column sums to 1"),
         (lambda s, v: ((s / s.sum(-1, keepdims=True)) @ v, s / s.sum(-1, keepdims=True)), "without exponentiating"),
         (lambda s, v: ((s == s.max(-1, keepdims=True)) @ v, (s == s.max(-1, keepdims=True)) * 1.0), "hard lookup"),

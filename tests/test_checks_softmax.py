@@ -13,7 +13,8 @@ import torch
 
 from grader.checks import check
 from tests.conftest import solution_namespace
-from tests.check_cases import shared_tests
+from tests.check_cases import _verdict_for_seed, shared_tests
+from tests.scope import student_seeds
 
 # The mistakes overflow and divide by zero on purpose.
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
@@ -181,6 +182,26 @@ def _att_torch_builtin(query, key, value, mask=None):
     return output, torch.softmax(scores, dim=-1)
 
 
+def _att_torch_masked_bias(query, key, value, mask=None):
+    """PyTorch attention with the fill of GPT-2's masked_bias (-1e4), float32."""
+    query, key, value = (torch.as_tensor(a, dtype=torch.float32) for a in (query, key, value))
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~torch.as_tensor(mask), -1e4)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _att_torch_finfo(query, key, value, mask=None):
+    """PyTorch attention, float32, masked with torch.finfo(dtype).min (as Hugging Face does now)."""
+    query, key, value = (torch.as_tensor(a, dtype=torch.float32) for a in (query, key, value))
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~torch.as_tensor(mask), torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
 # The mistakes of grader/checks/softmax.py's catalogue are asserted by tests/test_catalogue.py;
 # these are the others (torch code, stubs, and implementations the catalogue does not hold).
 MISTAKES = {
@@ -193,6 +214,13 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "softmax-scaled_dot_product_attention": [
+        (_att(fill=np.inf), "NaN in exactly the rows that mask a key"),
+        (lambda q, k, v, mask=None: _att()(q, k, v, None if mask is None else np.squeeze(mask)),
+         "without reshaping or squeezing it"),
+        (_att(fill=-1e4), "of order -1e4 (GPT-2's masked_bias is -1e4)"),
+        (_att_torch_masked_bias, "of order -1e4 (GPT-2's masked_bias is -1e4)"),
+        (_att(fill=-1e6), "of order -1e6"),
+        (_att(fill=-200.0), "filled with a finite number (such as -1e4"),
         (_att(use_mask=False), "ignores the mask"),
         (_att(invert=True), "the mask is inverted"),
         (_att(invert=True, fill=-1e9), "the mask is inverted"),
@@ -244,6 +272,7 @@ VARIANTS = {
         _att_mask_after_renormalized,
         _att_one_minus,  # 1 - mask works on numpy bools (an int array) and -1e9 is far enough
         _att_torch_builtin,
+        _att_torch_finfo,
     ],
 }
 
@@ -272,3 +301,13 @@ def test_checks_do_not_trust_inputs_changed_in_place():
         x /= x.sum(axis=axis, keepdims=True)
         return x
     check("softmax-stable_softmax", in_place)
+
+
+@pytest.mark.parametrize("fill", [-1e3, -1e4, -65504.0, -1e5, -1e7, -2e8])
+def test_every_seed_rejects_a_finite_fill_that_real_scores_go_below(fill):
+    """Attention whose masked scores get a finite fill above some real scores (GPT-2's
+    masked_bias, -1e4, and the whole kind up to -2e8) is rejected on every seed, with a
+    diagnosis that names a finite fill; -1e9, -1e30, finfo.min and -inf pass (VARIANTS)."""
+    for seed in student_seeds(10):
+        message = _verdict_for_seed("softmax-scaled_dot_product_attention", _att(fill=fill), seed)
+        assert message and "filled with a finite number" in message, (seed, message)

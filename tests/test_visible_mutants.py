@@ -106,6 +106,25 @@ def _cached_differs(implementation) -> bool:
     return not np.allclose(_np(torch.cat(steps, dim=1)), _np(full), atol=1e-4)
 
 
+def _skipped_tile_read(implementation) -> bool:
+    """Tiled attention: a NaN in the value of a key that only tiles wholly above the diagonal hold
+    reaches the queries before it (such tiles computed and masked, not skipped)."""
+    q, k, v = (torch.as_tensor(_rng().normal(size=(1, 2, 8, 3))) for _ in range(3))
+    v[..., 4, :] = float("nan")
+    with torch.no_grad():
+        return not bool(torch.isfinite(implementation(q, k, v, 2, 2, causal=True)[..., :4, :]).all())
+
+
+def _heads_not_consecutive(implementation) -> bool:
+    """Grouped-query attention: some query head reads another key/value head than h // group (the
+    values of key/value head g all equal g, so each output names the head it read)."""
+    q, k = torch.as_tensor(_rng().normal(size=(1, 6, 2, 4))), torch.as_tensor(_rng().normal(size=(1, 2, 3, 4)))
+    v = torch.arange(2, dtype=torch.float64).reshape(1, 2, 1, 1).expand(1, 2, 3, 1)
+    with torch.no_grad():
+        read = implementation(q, k, v)[0, :, :, 0]
+    return not np.allclose(_np(read), (np.arange(6) // 3)[:, None], atol=1e-6)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -131,6 +150,12 @@ PROPERTIES = (
     Property("masking-masked_softmax", "masked keys get weight 0",
              _weight_on_later_keys(lambda impl: (None, impl(_rng().normal(size=(2, 4, 4)),
                                                             np.tril(np.ones((4, 4), bool)))))),
+    Property("efficient_attention-online_softmax", "the weights sum to 1 when the largest score comes last",
+             _rows_sum_to_one(lambda impl: impl(np.array([0.5, -1.0, 2.0, 20.0]), 1), weights_of=lambda out: out)),
+    Property("efficient_attention-tiled_attention", "a NaN in the value of key 8 reached queries 0-7",
+             _skipped_tile_read),
+    Property("efficient_attention-grouped_query_attention", "query head {h} attends with key/value head",
+             _heads_not_consecutive),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

@@ -25,6 +25,7 @@ import contextlib
 import functools
 import hashlib
 import importlib
+import inspect
 import itertools
 import pkgutil
 import re
@@ -40,6 +41,7 @@ from coursekit.protocol import Raised, Unsupported
 
 from ..wire import decode_payload  # (the wire knows nothing of the checks: no cycle)
 from . import _localise  # (it imports _core inside its functions only)
+from . import _relations as relations
 
 # Tolerances of exercise-standard.md for attention-sized float answers.
 RTOL = 1e-4
@@ -374,6 +376,8 @@ class Case:
     index: int | None = None
     probed: tuple = ()
     _found: "Findings | None" = None
+    # set by ``catalogued`` when what it says is only "partly like" a mistake
+    partly: bool = False
 
     @property
     def called(self) -> str:
@@ -405,15 +409,24 @@ class Case:
     def consistent(self, implementation: object, name: str | None = None) -> bool:
         """``implementation`` answers each of the other calls as the learner did: the same
         data, or both not data (a raised error, a non-array)."""
+        return not self.unexplained(implementation, name)
+
+    def unexplained(self, implementation: object, name: str | None = None) -> list[Call]:
+        """The other graded calls that ``implementation`` does not answer as the learner did,
+        leaving out those where the docstring promises an exception (``Call.raises``): whether
+        the learner raises it is judged on that call, and tells nothing of how it computes."""
+        missed = []
         for index, call, given in self.others:
+            if call.raises:
+                continue
             if name is None:
                 with _quiet():
                     wrong = self.spec.run(implementation, [call])[0]
             else:
                 wrong = self.answer_of(name, implementation, call, index)
             if not _agrees(self.spec, call, given, wrong):
-                return False
-        return True
+                missed.append(call)
+        return missed
 
     def findings(self) -> "Findings":
         """What the probes found (read once, when asked), and where the module's hooks localise
@@ -481,10 +494,39 @@ def _explain_raised(case: Case) -> None:
         message = answer.message.rstrip(".")
         for rule in spec.errors:
             if re.search(rule.match, message) and (rule.when is None or rule.when(case.call)):
-                raise CheckFailed(rule.diagnosis.format(error=message, what=case.called,
-                                                        detail=message.split(": ", 1)[-1]))
-        raise CheckFailed(f"{name} raised {message}")
+                said = rule.diagnosis.format(error=message, what=case.called, detail=message.split(": ", 1)[-1])
+                # (a rule that only names the call: say what the docstring asks, as below)
+                raise CheckFailed(said + _asked(case, message) if said.endswith(message) else said)
+        raise CheckFailed(f"{case.called} raised {message}{_asked(case, message)}")
     value(answer, name)
+
+
+UNDEFINED = ("; a name it uses is not defined when it runs: misspelt, or defined in a later cell, or in a cell "
+             "since deleted, renamed or not run (a run from top to bottom does not have it). Restart the kernel "
+             "and run all cells from the top to see it")
+
+
+def _asked(case: Case, message: str) -> str:
+    """What the docstring asks of a call that raised an error no rule explains: the answer
+    it should return (its kind and shape), or, for a NameError, how to see it."""
+    if message.startswith("NameError"):
+        return UNDEFINED
+    kind = _kind(case.expected, case.spec.parts)
+    return f"; it should return {kind}" if kind else ""
+
+
+def _kind(expected: object, parts: tuple[str, ...] = ()) -> str | None:
+    """A right answer as a docstring names it: "an array of shape (2, 3)", "a tuple (output,
+    weights) of shapes (2, 3) and (2, 3, 3)", "a str"."""
+    if isinstance(expected, np.ndarray):
+        return "a number (an array of shape ())" if expected.shape == () else f"an array of shape {expected.shape}"
+    if isinstance(expected, str):
+        return "a str"
+    if isinstance(expected, tuple) and all(isinstance(e, np.ndarray) for e in expected):
+        names = f" ({', '.join(parts)})" if len(parts) == len(expected) else ""
+        shapes = " and ".join(str(e.shape) for e in expected)
+        return f"a tuple{names} of {len(expected)} arrays, of shapes {shapes}"
+    return None
 
 
 def _same(case: Case, answer: object, wrong: object, nan: bool = False) -> bool:
@@ -514,13 +556,17 @@ def at_once(diagnoses: Sequence[str]) -> str:
 
 def catalogued(case: Case, answer: object) -> str | None:
     """The diagnosis of the catalogued mistake, or pair of knob settings, that explains the
-    (prepared) ``answer`` to this call, or what the probes find; None if nothing does.
+    (prepared) ``answer`` to this call and the learner's answers to every other graded call,
+    or what the probes find; None if nothing does.
 
-    A mistake explains the answer when it gives the learner's answer to this call; of
-    several (a scalar answer can coincide), the one that also gives the learner's other
-    answers wins. Then the probes are read: knob settings they find that explain every
-    graded answer (with one more knob, if need be) are named. Then two knobs at once are
-    tried, then what the probes found even if it explains only part, then a partial match.
+    A mistake explains the answers when it gives the learner's answer to every graded call
+    (a scalar answer can coincide with several on one call). Then the probes are read: knob
+    settings they find that explain every graded answer (with one more knob, if need be) are
+    named. Then two knobs at once, only where no single mistake explains the answers and
+    the pair gives them on every call, with calls that tell it from each knob alone
+    (:func:`_separated`). Then what the probes found even if it explains only part. Last, a
+    mistake (or pair) that gives the answer to this call but not to others is no diagnosis:
+    it is said as "partly like" that mistake, naming the calls it does not explain.
     """
     matched = [m for m, wrong in case.mistaken() if _same(case, answer, wrong)]
     for mistake in matched:
@@ -532,16 +578,50 @@ def catalogued(case: Case, answer: object) -> str | None:
     paired = []
     for name, implementation, both in case.spec.pairs():
         if _same(case, answer, case.answer_of(name, implementation)):
-            if case.consistent(implementation, name):
+            if not case.consistent(implementation, name):
+                paired.append((name, implementation, at_once(both), True))
+            elif _separated(case, name, implementation):
                 return at_once(both)
-            paired.append(both)
     if found.wrong:
         return found.wrong
-    if matched:
-        return matched[0].diagnosis
-    if paired:
-        return at_once(paired[0])
+    partial = [(m.name, m.implementation, m.diagnosis, False) for m in matched] + paired
+    if partial:
+        case.partly = True
+        return _partly(case, *partial[0])
     return None
+
+
+def _graded_calls(case: Case) -> list[tuple[int | None, Call]]:
+    """The call judged and the other graded calls, as (question index, call)."""
+    return [(case.index, case.call)] + [(j, c) for j, c, _ in case.others]
+
+
+def _separated(case: Case, name: str, implementation: object) -> bool:
+    """Two knobs set wrong at once (the pair ``name``) are told from each knob alone by the
+    graded calls: some call where the pair's answer differs from each knob's alone, two calls
+    at least in all (else one knob's evidence is one coincidence of the other's)."""
+    single = {m.name: m.implementation for m in case.spec.catalogue()}
+    parts = next(([(a, single[a]), (b, single[b])] for a, b in itertools.permutations(single, 2)
+                  if f"{a}+{b}" == name), None)
+    if parts is None:
+        return True  # (not a pair of catalogued settings: nothing to tell it from)
+    telling = [set(), set()]
+    for j, call in _graded_calls(case):
+        both = case.answer_of(name, implementation, call, j)
+        for told, (part, fn) in zip(telling, parts):
+            if not _equal(both, case.answer_of(part, fn, call, j), case.spec.rtol, case.spec.atol, nan=True):
+                told.add(j)
+    return all(telling) and len(telling[0] | telling[1]) >= 2
+
+
+def _partly(case: Case, name: str, implementation: object, diagnosis: str, several: bool) -> str:
+    """A mistake (``several``: two at once) that gives the learner's answer to this call, said
+    with the graded calls whose answers it does not give."""
+    missed = [call.what or case.spec.function for call in case.unexplained(implementation, name)]
+    listed = "; ".join(missed[:2]) + (f" and {len(missed) - 2} more" if len(missed) > 2 else "")
+    like, they = ("these", "they do") if several else ("this mistake", "that mistake does")
+    return (f"partly like {like}: {diagnosis}. But {they} not give your answers to {listed}: something else "
+            "differs as well")
 
 
 def _read(case: Case, probe: Probe, calls: tuple, answers: tuple) -> tuple[dict | None, tuple[str, ...]]:
@@ -622,12 +702,10 @@ def judge_case(case: Case) -> None:
 
     A call that ``raises`` wants that exception and nothing else (another error goes
     through the spec's error rules). Otherwise, in order: a raised error or non-data
-    (the spec's error rules first); ``prepare``; right within tolerance; the catalogued
-    mistake whose answer to this call is the learner's (preferring one that gives the
-    learner's other answers too); two knobs set wrong at once; what the probes find; for
-    a tuple answer, the first part (in ``order``) that differs; a wrong shape; NaN or
-    infinity where the reference is finite; the first hint that applies; otherwise "wrong
-    values", with what the probes found right.
+    (the spec's error rules first); ``prepare``; right within tolerance; what
+    :func:`catalogued` says (a mistake only if it gives every graded answer; one that gives
+    some only yields to a relation seen on every call); for a tuple answer, the first part
+    (in ``order``) that differs; then :func:`_describe`.
     """
     spec = case.spec
     if case.call.raises:
@@ -642,6 +720,8 @@ def judge_case(case: Case) -> None:
     if _equal(answer, expected, spec.rtol, spec.atol):
         return
     found = catalogued(case, answer)
+    if found and case.partly and not isinstance(expected, (tuple, str)):
+        found = _related(case, answer, expected) or found  # (a relation on every call, not a mistake on some)
     if found:
         case.fail(found)
     if isinstance(expected, tuple):
@@ -658,22 +738,95 @@ def judge_case(case: Case) -> None:
 
 
 def _describe(case: Case, got: np.ndarray, expected: np.ndarray, what: str, part: int | None) -> None:
-    """A wrong array that no catalogued mistake explains: shape, NaN, hints, else values
-    (with what the probes found right)."""
+    """A wrong array that no catalogued mistake explains: a wrong shape (and how it relates
+    to the right one); a hint; NaN or infinity (where); a relation that holds on every graded
+    call where the answer is finite (:mod:`._relations`), or the axis it sums to 1 along; a
+    pattern of positions, the same on every call, where it is wrong; else which positions are;
+    with what the probes found right."""
     expected = np.asarray(expected, dtype=np.float64)
     if got.shape != expected.shape:
-        raise CheckFailed(f"{what} has shape {got.shape}; expected {expected.shape}")
+        related = relations.shape_relation(got, expected)
+        raise CheckFailed(f"{what} has shape {got.shape}; expected {expected.shape}" + (f": {related}" if related else ""))
     for hint in case.spec.hints:  # (before NaN: a hint may name what a NaN comes from)
         if hint.part == part and hint.applies(got, case.call):
             raise CheckFailed(f"{what}: {hint.message}")
     where = case.findings().where()  # (a module: the first submodule, residual or norm that differs)
     if where:
         raise CheckFailed(f"{what}: {where}")
-    if not np.all(np.isfinite(got)) and np.all(np.isfinite(expected)):
-        raise CheckFailed(f"{what} contains NaN or infinity where every value should be finite")
-    right = case.findings().right
-    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values"
-                      + "".join(f"; {note}" for note in right))
+    right = "".join(f"; {note}" for note in case.findings().right)
+    pairs, index, names = _graded_pairs(case, got, expected, part)
+    said = (relations.nonfinite(pairs, index, names) or _whole(pairs, index, names, strict=False)
+            or relations.normalised_here(pairs[index]) or relations.describe(pairs, index, names, relations.PATTERNS))
+    if said:
+        raise CheckFailed(f"{what}: {said}{right}")
+    where = relations.unnormalised(pairs[index]) or relations.where_wrong(pairs[index])
+    calls = relations.right_on(pairs, names) or ""
+    if where:
+        shape = "" if expected.ndim == 0 else f" has the right shape {expected.shape}, but"
+        raise CheckFailed(f"{what}{shape or ':'} {where}{calls}{right}")
+    raise CheckFailed(f"{what} has the right shape {expected.shape} but wrong values{calls}{right}")
+
+
+def _related(case: Case, got: object, expected: object) -> str | None:
+    """The relation between the learner's answers and the right ones that says how the whole
+    answer is computed and holds on every graded call, each answer of the right shape and
+    finite; or None."""
+    try:
+        got, expected = to_array(got, case.what), np.asarray(expected, dtype=np.float64)
+    except (CheckFailed, TypeError, ValueError):
+        return None
+    if got.shape != expected.shape:
+        return None
+    return _whole(*_graded_pairs(case, got, expected, None), strict=True)
+
+
+def _whole(pairs: list, index: int, names: list[str], strict: bool) -> str | None:
+    """``relations.WHOLE`` on the graded calls: with ``strict``, only if every answer is of the
+    right shape and finite; else if the answer judged is, naming a call where another is not."""
+    unseen = [p for p in pairs if not p.comparable]
+    if pairs[index] in unseen or (strict and unseen):  # (a relation must be seen on every call)
+        return None
+    said = relations.describe(pairs, index, names, relations.WHOLE)
+    broken = [p.what for p in unseen if p.got is not None and p.got.shape == p.want.shape]
+    if said and broken:
+        said += f" where it is finite (on {broken[0]}{' and others' if len(broken) > 1 else ''} it is not)"
+    return said
+
+
+def _graded_pairs(case: Case, got: np.ndarray, expected: np.ndarray, part: int | None
+                  ) -> tuple[list[relations.Pair], int, list[str]]:
+    """The learner's and the reference's answers (the item ``part`` of a tuple) on every graded
+    call, the index of the call judged among them, the function's argument names. Only the
+    call judged when the others are not known (a hook's own case, no seed) or do not line up
+    with it."""
+    spec, call = case.spec, case.call
+    names = (relations.argument_names(spec.reference, len(call.args)) if inspect.isfunction(spec.reference)
+             else [f"argument {i + 1}" for i in range(len(call.args))])  # (a class's driver passes others)
+    mine = relations.Pair(got, expected, call.args, tuple(call.kwargs.items()), case.called)
+    if case.seed is None or case.index is None or not case.others:
+        return [mine], 0, names
+    calls, right, _ = _drawn(spec.id, case.seed)
+
+    def data(answer: object, asked: Call) -> np.ndarray | None:
+        try:
+            if spec.prepare is not None:
+                answer = spec.prepare(answer, asked, case.what)
+            return to_array(answer[part] if part is not None else answer, case.what)
+        except (CheckFailed, TypeError, ValueError, IndexError, KeyError):
+            return None
+
+    if case.index >= len(calls):
+        return [mine], 0, names
+    own = data(right[case.index], calls[case.index])
+    if own is None or own.shape != expected.shape or not np.allclose(own, expected, equal_nan=True):
+        return [mine], 0, names
+    pairs = [mine]
+    for j, asked, given in case.others:
+        want = data(right[j], asked) if j < len(right) else None
+        if want is not None:
+            pairs.append(relations.Pair(data(given, asked), want, asked.args, tuple(asked.kwargs.items()),
+                                        asked.what or spec.function))
+    return pairs, 0, names
 
 
 _REGISTRY: dict[str, Spec] = {}

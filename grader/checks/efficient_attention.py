@@ -14,16 +14,24 @@ is asked with group sizes above 1 and kv_heads above 1, where .repeat and .repea
 pair the heads differently, and with masks that no inversion turns into a fully masked row.
 The attention functions are PyTorch (driver ``tensors``); the softmax and the mask may be
 numpy or PyTorch.
+
+Beyond the rising scores: one question's scores fall along the keys (a later block's maximum
+below the running one, where a tile's own maximum taken for the running one shows); one puts
+rows (or queries) at levels 1600 apart, with finite fills of -1e9 and a score 2000 above its row,
+where any maximum but each row's own overflows or underflows; one attention question has no
+batch axis (the leading axes are any); block sizes of 0 and below raise ValueError.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from typing import Callable
 
 import numpy as np
 import torch
 
-from ._core import Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Spec, judge_case, to_array
+from ._core import Call, Case, CheckFailed, Hint, Knob, Mistake, Raises, Rule, Spec, judge_case, to_array
 from .masking import _mask_values
 from .reference import efficient_attention as ref
 from .reference.multi_head import scaled_dot_product_attention
@@ -73,6 +81,17 @@ def _online_inputs(rng: np.random.Generator) -> list[Call]:
     for row, cols in enumerate([[3], [4, 7], [8], [5, 6]]):
         x[row, cols] = -np.inf
     ask(x, 3, " with -inf entries after the first block")
+    # 8. rows at levels 1600 apart, with masked scores filled with -1e9 (a finite fill) after the
+    # first block, and one score 2000 above the rest of its row: only each row's own maximum keeps
+    # every exp(x - m) from underflowing or overflowing
+    x = rng.normal(scale=2.0, size=(3, 9)) + _rising(9, 4.0) + rng.permutation([-800.0, 0.0, 800.0])[:, None]
+    x[[0, 1, 2], rng.integers(4, 9, size=3)] = -1e9
+    x[rng.integers(3), rng.integers(4)] += 2000.0
+    ask(x, 4, ", rows around -800, 0 and 800, some scores -1e9, one 2000 above its row")
+    # 9-10. block sizes below 1 (0, the boundary, and a negative one) raise ValueError, as the docstring says
+    for block_size in (0, -2):
+        calls.append(Call((rng.normal(size=(2, 5)), block_size), raises="ValueError",
+                          what=f"online_softmax(x, block_size={block_size}) for x of shape (2, 5)"))
     return calls
 
 
@@ -82,20 +101,60 @@ def _scores_beyond(call: Call, sign: float) -> bool:
     return bool(np.all(sign * x[np.isfinite(x)] > TOO_LARGE))
 
 
+def _far_apart(x: np.ndarray) -> bool:
+    """Scores beyond exp's range of one another (1000 apart) across rows and within a row's finite
+    scores, and finite fills of -1e9: a maximum that is not each row's own overflows or underflows."""
+    unfilled = np.where(x > -1e8, x, np.nan)
+    return bool(np.ptp(x.max(axis=-1)) > 1000 and np.any(np.nanmax(unfilled, axis=-1) - np.nanmedian(unfilled, axis=-1)
+                                                         > 1000) and np.any(x == -1e9))
+
+
 def _judge_online(case: Case) -> None:
-    """The default judgement, with float32-sized tolerances on the scores around +-1000."""
-    judge_case(_loosely_when(_scores_beyond(case.call, 1) or _scores_beyond(case.call, -1), case))
+    """The default judgement, with float32-sized tolerances where scores reach beyond +-TOO_LARGE
+    (around +-1000, or rows at such levels: float32's spacing there is 6e-5)."""
+    x = case.call.args[0]
+    judge_case(_loosely_when(not case.call.raises and bool(np.any(np.abs(x[np.isfinite(x)]) > TOO_LARGE)), case))
 
 
-def _online_variant(update: str = "rescaled", divide: bool = True, start: float = -np.inf, shift: bool = True,
+def _blocks_checked(attention):
+    """``attention`` (an online softmax or a tiled attention, block sizes after the first argument or
+    three) raising ValueError for a block size below 1, as the docstring asks: the catalogued
+    mistakes are wrong in one way only."""
+    @functools.wraps(attention)
+    def checked(*args, **kwargs):
+        if any(type(a) is int and a < 1 for a in args[1:]):  # (not causal, a bool)
+            raise ValueError("block sizes must be at least 1")
+        return attention(*args, **kwargs)
+    return checked
+
+
+# A block size below 1 that raised something else (torch.split's RuntimeError, an IndexError ...)
+RAISE_VALUE_ERROR = ("{{what}} raised {{error}}; it should raise ValueError, as the docstring says: check that "
+                     "{sizes} >= 1 before the loop, and raise ValueError yourself")
+
+
+def _asserting(attention):
+    """``attention`` with its block sizes checked by an assert: an AssertionError, not the ValueError asked."""
+    @functools.wraps(attention)
+    def asserted(*args, **kwargs):
+        assert all(a >= 1 for a in args[1:] if type(a) is int), "block sizes must be positive"
+        return attention(*args, **kwargs)
+    return asserted
+
+
+def _online_variant(update: str = "rescaled", divide: bool = True, start: float | str = -np.inf, shift: bool = True,
                     factor: str = "m_old - m_new", keepdims: bool = True):
     """A learner's online softmax, with its choices: how the running sum is updated, the final
-    division, where the running maximum starts, whether it is subtracted, the rescaling
-    factor's sign, keepdims."""
+    division, where the running maximum starts (a number, or "first": the first block's maximum
+    and sum), whether it is subtracted, the rescaling factor's sign, keepdims."""
+    @_blocks_checked
     def online_softmax(x, block_size):
         keep = x.shape[:-1] + ((1,) if keepdims else ())
-        m, total = np.full(keep, start), np.zeros(keep)
-        for first in range(0, x.shape[-1], block_size):
+        m, total, begin = np.full(keep, -np.inf if start == "first" else start), np.zeros(keep), 0
+        if start == "first":  # (so that the inverted factor exp(m_new - m_old) is finite: no exp(inf))
+            m = x[..., :block_size].max(axis=-1, keepdims=keepdims)
+            total, begin = np.exp(x[..., :block_size] - m).sum(axis=-1, keepdims=keepdims), block_size
+        for first in range(begin, x.shape[-1], block_size):
             block = x[..., first:first + block_size]
             m_new = np.maximum(m, block.max(axis=-1, keepdims=keepdims))
             terms = np.exp(block - m_new if shift else block).sum(axis=-1, keepdims=keepdims)
@@ -108,9 +167,41 @@ def _online_variant(update: str = "rescaled", divide: bool = True, start: float 
     return online_softmax
 
 
+# The rescaling factor inverted: the online softmax's and tiled attention's one slip of sign.
+INVERTED_FACTOR = ("the rescaling factor is inverted: when the running maximum grows from m_old to m_new, what was "
+                   "summed from m_old is multiplied by exp(m_old - m_new), at most 1 (it moves every term down to "
+                   "the new maximum), not by exp(m_new - m_old)")
+
+
+@_blocks_checked
 def _per_block(x, block_size):
     return np.concatenate([stable_softmax(x[..., i:i + block_size]) for i in range(0, x.shape[-1], block_size)],
                           axis=-1)
+
+
+def _running_maximum(scores: np.ndarray, block: int, change: int) -> bool:
+    """Some row's maximum over a later block of ``block`` columns lies above (``change`` 1) or
+    below (-1) the running maximum of the blocks before it: the rescaling, or a block's own
+    maximum mistaken for the running one, shows there."""
+    with np.errstate(invalid="ignore"):
+        running = np.maximum.accumulate(np.stack([scores[..., i:i + block].max(axis=-1)
+                                                  for i in range(0, scores.shape[-1], block)], axis=-1), axis=-1)
+        later = np.stack([scores[..., i:i + block].max(axis=-1) for i in range(block, scores.shape[-1], block)],
+                         axis=-1) if scores.shape[-1] > block else np.zeros(scores.shape[:-1] + (0,))
+    return bool(np.any(change * (later - running[..., :-1]) > 0))
+
+
+def _online_rules(scores: Callable[[Call], np.ndarray | None], block: Callable[[Call], int]) -> tuple[Rule, ...]:
+    """The rules of a running maximum and sum, for the scores ``scores(call)`` (None: not a call
+    that reads them) taken ``block(call)`` at a time."""
+    def rule(name: str, holds: Callable[[np.ndarray, int], bool]) -> Rule:
+        return Rule(name, lambda call: scores(call) is not None and holds(scores(call), block(call)))
+    return (
+        rule("the last block is shorter: the block size does not divide the length", lambda x, b: x.shape[-1] % b > 0),
+        rule("a later block's maximum above the running maximum (the rescaling)",
+             lambda x, b: _running_maximum(x, b, 1)),
+        rule("a later block's maximum below the running maximum", lambda x, b: _running_maximum(x, b, -1)),
+    )
 
 
 ONLINE_SOFTMAX = Spec(
@@ -130,12 +221,36 @@ ONLINE_SOFTMAX = Spec(
         Knob("divide", ((False, "the final division is missing: the weights are exp(x - m) / l, with m and l the "
                          "running maximum and sum after the last block"),)),
     ),
+    rules=_online_rules(lambda call: None if call.raises else call.args[0], lambda call: call.args[1]) + (
+        Rule("scores around 1000", lambda call: not call.raises and _scores_beyond(call, 1)),
+        Rule("scores around -1000", lambda call: not call.raises and _scores_beyond(call, -1)),
+        Rule("masked scores (-inf) after the first block", lambda call: bool(np.isneginf(call.args[0]).any())),
+        Rule("rows far apart (beyond exp's range), finite fills of -1e9, a score far above its row: each row's "
+             "own maximum", lambda call: not call.raises and _far_apart(call.args[0])),
+        Rule("one block longer than the row", lambda call: not call.raises and call.args[1] > call.args[0].shape[-1]),
+        Rule("block_size = 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[1] == 0),
+        Rule("block_size < 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[1] < 0),
+    ),
+    equivalent=(
+        ("L8 1 -> 0", "block_size < 0 instead of < 1: at block_size = 0 range(0, n, 0) raises ValueError itself"),
+        ("L10 x.shape[:-1] + (1,) -> (1,)", "a running maximum of shape (1,) broadcasts: after the first block, "
+         "np.maximum(m, block max) has every row's own (..., 1)"),
+        ("L10 -1 -> 0", "x.shape[:0] + (1,) is (1,): the running maximum broadcasts to every row at the first block"),
+        ("L11 x.shape[:-1] + (1,) -> (1,)", "a running sum of shape (1,) broadcasts: l * exp(m - m_new) + (row "
+         "sums) has every row's own (..., 1) after the first block"),
+        ("L11 -1 -> 0", "x.shape[:0] + (1,) is (1,): the running sum broadcasts to every row at the first block"),
+    ),
     mistakes=(
         Mistake("per_block", "each block is normalized by its own sum (a softmax per block); the weights of a whole "
                 "row must sum to 1: carry one running maximum and one running sum along the row and divide once, "
                 "after the last block", _per_block),
+
+        # (started from -inf, the inverted factor is exp(+inf) at the first block: NaN, which the hint names)
+        Mistake("inverted_factor", INVERTED_FACTOR, _online_variant(start="first", factor="m_new - m_old")),
     ),
     errors=(
+        Raises(RAISE_VALUE_ERROR.format(sizes="block_size"), example=_asserting(ref.online_softmax), match=".",
+               when=lambda call: bool(call.raises)),
         Raises("{what} raised {error}. Keep the reduced axis (keepdims=True): the running maximum and sum, of "
                "shape (..., 1), must broadcast against a block (..., block_size)",
                example=_online_variant(keepdims=False), match="broadcast|must match the size"),
@@ -148,8 +263,8 @@ ONLINE_SOFTMAX = Spec(
              "running maximum must start at -inf (or at the first block's maximum), not at 0: with m = 0, "
              "exp(-1000 - 0) is 0",
              lambda got, call: _scores_beyond(call, -1) and not _finite(got), example=_online_variant(start=0.0)),
-        Hint("NaN or infinity at moderate scores: the rescaling factor is exp(m_old - m_new), at most 1, and 0 "
-             "for the first block (m_old = -inf); exp(m_new - m_old) is infinite there",
+        Hint(f"NaN or infinity at moderate scores: {INVERTED_FACTOR}; with m_old = -inf before the first block, "
+             "exp(m_new - m_old) is infinite there",
              lambda got, call: not _finite(got) and not np.isneginf(call.args[0]).any()
              and not _scores_beyond(call, 1) and not _scores_beyond(call, -1),
              example=_online_variant(factor="m_new - m_old")),
@@ -165,13 +280,14 @@ POISONED_KEY = 12  # a multiple of both tile sizes (3 and 4) of the question who
 
 
 def _qkv(rng: np.random.Generator, batch: int, heads: int, q_len: int, k_len: int, d_k: int,
-         d_v: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Queries that all lean on feature 0, and keys that rise along it: the scores grow with
-    the key's position, so that the running maximum changes from key block to key block."""
+         d_v: int, rise: float = 2.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queries that all lean on feature 0, and keys that rise along it (fall, for ``rise`` < 0):
+    the scores grow with the key's position, so that the running maximum changes from key block
+    to key block (or they fall, so that a later block's maximum is below the running one)."""
     query = rng.normal(size=(batch, heads, q_len, d_k))
     key = rng.normal(size=(batch, heads, k_len, d_k))
     query[..., 0] = 2.0
-    key[..., 0] += np.linspace(-2.0, 2.0, k_len)
+    key[..., 0] += np.linspace(-rise, rise, k_len)
     return query, key, rng.normal(size=(batch, heads, k_len, d_v))
 
 
@@ -199,12 +315,31 @@ def _tiled_inputs(rng: np.random.Generator) -> list[Call]:
     query, key, value = _qkv(rng, 2, 3, 5, 9, 4, 6)
     query *= 1000.0 / np.max(np.abs(query @ np.swapaxes(key, -1, -2) / 2.0))
     ask(3, 4, False, (), ", scores around 1000", (query, key, value))
-    # 7. last: the value of key 12 made infinite. The tiles of queries 0-11 with it (queries in
+    # 7. scores falling along the keys: a later key block's row maximum is below the running maximum
+    ask(4, 3, False, (2, 3, 5, 10, 4, 3, -2.0), ", scores falling along the keys")
+    # 8. no batch axis, (heads, length, features): the leading axes are any; and each query's
+    # scores lifted by its own level (-800, 0 or 800, through a feature that every key holds as 1),
+    # so that only each query's own running maximum keeps exp from underflowing
+    query, key, value = (t[0] for t in _qkv(rng, 1, 4, 6, 8, 3, 2))
+    key[..., -1] = 1.0
+    query[..., -1] = rng.choice([-800.0, 0.0, 800.0], size=query.shape[:-1])
+    query[0, :3, -1] = [-800.0, 0.0, 800.0]  # (every level in every seed)
+    query[..., -1] *= math.sqrt(query.shape[-1])  # (the scores are divided by sqrt(d_k))
+    ask(4, 3, False, (), ", no batch axis, each query's scores around its own level: -800, 0 or 800",
+        (query, key, value))
+    # 9. the value of key 12 made infinite. The tiles of queries 0-11 with it (queries in
     # blocks of 3, keys in blocks of 4: key block 12-13) lie wholly above the diagonal: queries
     # before 12 must not see it, and the queries from 12 on attend to it (an infinite output)
     query, key, value = _qkv(rng, 2, 3, 14, 14, 4, 5)
     value[..., POISONED_KEY, :] = np.inf
     ask(3, 4, True, (), f", the value of key {POISONED_KEY} made infinite", (query, key, value))
+    # 10-11. block sizes below 1 raise ValueError, as the docstring says (0 is the boundary):
+    # after the values, so that a learner who also has a value wrong hears of that first
+    query, key, value = _qkv(rng, 1, 2, 4, 4, 3, 3)
+    for q_block, k_block in [(0, 2), (2, -1)]:
+        calls.append(Call((query, key, value, q_block, k_block), raises="ValueError",
+                          what=f"tiled_attention(query, key, value, {q_block}, {k_block}) for "
+                               f"{_shapes(query, key, value)}"))
     return calls
 
 
@@ -212,9 +347,14 @@ def _poisoned(call: Call) -> bool:
     return len(call.args) == 5 and bool(np.isinf(call.args[2]).any())
 
 
-def _large_scores(call: Call) -> bool:
+def _scores(call: Call) -> np.ndarray:
+    """Q K^T / sqrt(d_k) of an attention call."""
     query, key = call.args[:2]
-    return bool(np.max(np.abs(query @ np.swapaxes(key, -1, -2))) / math.sqrt(query.shape[-1]) > TOO_LARGE)
+    return query @ np.swapaxes(key, -1, -2) / math.sqrt(query.shape[-1])
+
+
+def _large_scores(call: Call) -> bool:
+    return bool(np.max(np.abs(_scores(call))) > TOO_LARGE)
 
 
 def _judge_tiled(case: Case) -> None:
@@ -244,12 +384,19 @@ SKIP_TILES = (f"the value of key {POISONED_KEY} was made infinite, and NaN (0 x 
 
 def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: bool = True,
                    causal_mask: str = "entrywise", scale: str = "sqrt_d_k", skip: str = "above",
-                   diagonal: str = ">=", shift: bool = True):
+                   diagonal: str = ">=", shift: bool = True, tile_max: str = "running", normalise: str = "end"):
     """A learner's tiled attention with its choices: which running quantities are rescaled, the
     final division, how the causal mask is applied, the scale, which tiles are skipped, the
-    comparison of positions inside a tile, and whether the running maximum is subtracted."""
+    comparison of positions inside a tile, whether the running maximum is subtracted, and two
+    slips of a transcription of FlashAttention's Algorithm 1: ``tile_max`` "unrescaled" (the
+    tile's P~ = exp(S - m~), from its own row maximum, added without e^(m~ - m_new)) or
+    "stored" (m <- m~ instead of m_new); ``normalise`` "twice" (O kept normalised after every
+    tile and divided by l again at the end) or "l_times_acc" (Algorithm 1's diag(l) applied to
+    an accumulator never divided by l)."""
+    @_blocks_checked
     def tiled_attention(query, key, value, q_block, k_block, causal=False):
-        divisor = {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0, "d_k": query.shape[-1]}[scale]
+        divisor = {"sqrt_d_k": math.sqrt(query.shape[-1]), "none": 1.0, "d_k": query.shape[-1],
+                   "times_sqrt_d_k": 1.0 / math.sqrt(query.shape[-1])}[scale]
         output = query.new_empty(query.shape[:-1] + value.shape[-1:])
         for qs in range(0, query.shape[-2], q_block):
             q = query[..., qs:qs + q_block, :] / divisor
@@ -260,7 +407,7 @@ def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: b
             for ks in range(0, key.shape[-2], k_block):
                 cols = min(k_block, key.shape[-2] - ks)
                 if causal and causal_mask != "ignored":
-                    if skip == "above" and ks > qs + rows - 1:
+                    if skip == "above" and ks > qs + rows - 1 or skip == "one_early" and ks >= qs + rows - 1:
                         break
                     if skip == "not_below" and ks + cols - 1 > qs:
                         break  # keeps only the tiles wholly below the diagonal
@@ -270,12 +417,17 @@ def _tiled_variant(rescale_sum: bool = True, rescale_acc: bool = True, divide: b
                     rows_at = torch.arange(offset[0], offset[0] + rows)[:, None]
                     cols_at = torch.arange(offset[1], offset[1] + cols)[None, :]
                     s = s.masked_fill(~(rows_at >= cols_at if diagonal == ">=" else rows_at > cols_at), float("-inf"))
-                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)) if shift else torch.zeros_like(m)
-                factor, p = torch.exp(m - m_new) if shift else 1.0, torch.exp(s - m_new)
+                m_tile = s.amax(dim=-1, keepdim=True)
+                m_new = torch.maximum(m, m_tile) if shift else torch.zeros_like(m)
+                measured = m_tile.nan_to_num(neginf=0.0) if tile_max == "unrescaled" else m_new
+                factor, p = torch.exp(m - m_new) if shift else 1.0, torch.exp(s - measured)
+                l_old = total if normalise == "l_times_acc" else 1.0
                 total = (total * factor if rescale_sum else total) + p.sum(dim=-1, keepdim=True)
-                acc = (acc * factor if rescale_acc else acc) + p @ value[..., ks:ks + cols, :]
-                m = m_new
-            output[..., qs:qs + rows, :] = acc / total if divide else acc
+                acc = (acc * factor * l_old if rescale_acc else acc) + p @ value[..., ks:ks + cols, :]
+                m = m_tile if tile_max == "stored" else m_new
+            # ("twice": O normalised after every tile, then divided at the end as well)
+            output[..., qs:qs + rows, :] = (acc / total / total if normalise == "twice"
+                                            else acc / total if divide else acc)
         return output
     return tiled_attention
 
@@ -285,6 +437,7 @@ def _masks_everything(query, key, value, q_block, k_block, causal=False):
     return _tiled_variant(skip="none")(query, key, value, q_block, k_block, causal)
 
 
+@_blocks_checked
 def _softmax_per_tile(query, key, value, q_block, k_block, causal=False):
     """Each key block's softmax on its own, the blocks' outputs added."""
     out = torch.zeros(query.shape[:-1] + value.shape[-1:], dtype=query.dtype)
@@ -293,6 +446,7 @@ def _softmax_per_tile(query, key, value, q_block, k_block, causal=False):
     return out
 
 
+@_blocks_checked
 def _overwrites(query, key, value, q_block, k_block, causal=False):
     """The accumulator and the sum replaced by each key block's instead of carried on."""
     output = query.new_empty(query.shape[:-1] + value.shape[-1:])
@@ -306,6 +460,7 @@ def _overwrites(query, key, value, q_block, k_block, causal=False):
     return output
 
 
+@_blocks_checked
 def _full_block_mask(query, key, value, q_block, k_block, causal=False):
     """The tile's mask built from q_block and k_block, not from the tile's own (shorter) size."""
     output = query.new_empty(query.shape[:-1] + value.shape[-1:])
@@ -321,6 +476,24 @@ def _full_block_mask(query, key, value, q_block, k_block, causal=False):
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
             total = total * torch.exp(m - m_new) + torch.exp(s - m_new).sum(dim=-1, keepdim=True)
             acc = acc * torch.exp(m - m_new) + torch.exp(s - m_new) @ value[..., ks:ks + k_block, :]
+            m = m_new
+        output[..., qs:qs + q_block, :] = acc / total
+    return output
+
+
+def _tiled_inverted_factor(query, key, value, q_block, k_block, causal=False):
+    """The rescaling factor exp(m_new - m_old): infinite at the first key block (m_old = -inf)."""
+    output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+    for qs in range(0, query.shape[-2], q_block):
+        q = query[..., qs:qs + q_block, :] / math.sqrt(query.shape[-1])
+        m = q.new_full(q.shape[:-1] + (1,), float("-inf"))
+        total, acc = q.new_zeros(q.shape[:-1] + (1,)), q.new_zeros(q.shape[:-1] + value.shape[-1:])
+        for ks in range(0, key.shape[-2], k_block):
+            s = q @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            total = total * torch.exp(m_new - m) + p.sum(dim=-1, keepdim=True)
+            acc = acc * torch.exp(m_new - m) + p @ value[..., ks:ks + k_block, :]
             m = m_new
         output[..., qs:qs + q_block, :] = acc / total
     return output
@@ -362,7 +535,24 @@ TILED_ATTENTION = Spec(
                               "by exp(m_old - m_new) before adding the new tile's row sums"),)),
         Knob("rescale_acc", ((False, "the output accumulator is not rescaled when the running maximum grows: "
                               "multiply it by exp(m_old - m_new), the same factor as the running sum, before "
-                              "adding the new tile's P V"),)),
+                              "adding the new tile's P V (FlashAttention's Algorithm 1, line 12: the factor "
+                              "e^(m_i - m_i_new) on O_i)"),)),
+        Knob("tile_max", (
+            ("unrescaled", "each tile's P~ = exp(S - m~) is measured from the tile's own row maximum m~ and added "
+                           "as it is: Algorithm 1 (lines 11-12) multiplies the tile's row sums l~ and its P~ V by "
+                           "e^(m~ - m_new) before adding them, so that every term is measured from the running "
+                           "maximum m_new (or compute P = exp(S - m_new) directly)"),
+            ("stored", "the running maximum is replaced by the tile's own row maximum (m = m~, not m_new = max(m, "
+                       "m~)): when a later tile's maximum is lower, the running sum and the output, measured from "
+                       "m_new, are rescaled from the wrong point. Keep m = m_new after every tile"))),
+        Knob("normalise", (
+            ("twice", "the output is divided by the running sum l twice: Algorithm 1 keeps O normalised after every "
+                      "tile (its diag(l_new)^-1), so O needs no division at the end; an accumulator that is never "
+                      "normalised is divided once, at the end"),
+            ("l_times_acc", "the accumulator is multiplied by the running sum l when it is rescaled (Algorithm 1's "
+                            "diag(l) e^(m - m_new) O) but never divided by l after a tile: that diag(l) undoes "
+                            "Algorithm 1's diag(l_new)^-1 of the tile before. Either keep O normalised after every "
+                            "tile, or rescale an accumulator by e^(m_old - m_new) alone and divide by l at the end"))),
         Knob("divide", ((False, "the final division is missing: after the last key block, divide the accumulator "
                          "by the running sum, output = acc / l"),)),
         Knob("causal_mask", (
@@ -374,7 +564,46 @@ TILED_ATTENTION = Spec(
                       "tile's corner sits on the diagonal"),
             ("ignored", "causal=True is ignored: query i may attend to the keys j <= i only"))),
         Knob("scale", (("none", "it does not scale the scores: divide Q K^T by sqrt(d_k) before the online softmax"),
-                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"))),
+                       ("d_k", "it divides the scores by d_k; divide by the square root of d_k"),
+                       ("times_sqrt_d_k", "it multiplies the scores by sqrt(d_k); divide them by sqrt(d_k) (multiply "
+                                          "by d_k ** -0.5)"))),
+        Knob("skip", (("one_early", "under the causal mask it skips one tile too many: the tile whose first key is "
+                                    "the query block's last query is skipped, so that query misses itself. Skip a "
+                                    "tile only when its first key comes after the block's last query, k_start > "
+                                    "q_start + rows - 1"),)),
+    ),
+    rules=_online_rules(lambda call: None if call.raises or _causal(call) else _scores(call),
+                        lambda call: call.args[4]) + (
+        Rule("q_len != k_len", lambda call: not call.raises and call.args[0].shape[-2] != call.args[1].shape[-2]),
+        Rule("the last query block is shorter: q_block does not divide q_len",
+             lambda call: not call.raises and call.args[0].shape[-2] % call.args[3] > 0),
+        Rule("causal, the diagonal crossing tiles away from their corners (q_block != k_block)",
+             lambda call: _causal(call) and call.args[3] != call.args[4] and call.args[0].shape[-2] > call.args[3]),
+        Rule("causal, tiles wholly above the diagonal (to be skipped, not masked)", _poisoned),
+        Rule("scores around 1000", lambda call: not call.raises and _large_scores(call)),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("queries whose scores lie beyond exp's range of one another: each row's own maximum",
+             lambda call: not call.raises and not _causal(call) and np.ptp(_scores(call).max(axis=-1)) > 1000),
+        Rule("q_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[3] < 1),
+        Rule("k_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[4] < 1),
+    ),
+    equivalent=(
+        *((name, "q_block < 0 or k_block < 0 instead of < 1: at a block size of 0 range(0, n, 0) raises ValueError "
+                 "itself") for name in ("L11 1 -> 0", "L11 1 -> 0 #2")),
+        ("L18 q.shape[:-1] + (1,) -> (1,)", "a running maximum of shape (1,) broadcasts: after the first key block, "
+         "torch.maximum(m, s.amax(...)) has every query's own"),
+        ("L18 -1 -> 0", "q.shape[:0] + (1,) is (1,): the running maximum broadcasts to every query at the first key "
+         "block"),
+        ("L19 q.shape[:-1] + (1,) -> (1,)", "a running sum of shape (1,) broadcasts: l * alpha + (row sums) has "
+         "every query's own after the first key block"),
+        ("L19 -1 -> 0", "q.shape[:0] + (1,) is (1,): the running sum broadcasts to every query at the first key block"),
+        ("L20 q.shape[:-1] + value.shape[-1:] -> value.shape[-1:]", "an accumulator of shape (d_v,) broadcasts: "
+         "acc * alpha + P V has every query's own after the first key block"),
+        ("L20 -1 -> 0", "q.shape[:0] + value.shape[-1:] is (d_v,): the accumulator broadcasts at the first key block"),
+        *((name, "the tile's entrywise causal mask applied to more tiles: on a tile wholly below the diagonal every "
+                 "key j <= every query i, so the mask changes nothing") for name in (
+            "L25 ks + s.shape[-1] - 1 > qs -> ks + s.shape[-1] - 1 >= qs", "L25 ks + s.shape[-1] - 1 -> ks + "
+            "s.shape[-1] + 1", "L25 ks + s.shape[-1] - 1 -> ks + s.shape[-1]", "L25 1 -> 0")),
     ),
     mistakes=(
         Mistake("softmax_per_tile", "each key block gets a softmax of its own and the blocks' outputs are added: "
@@ -389,6 +618,9 @@ TILED_ATTENTION = Spec(
         Mistake("masks_everything", SKIP_TILES, _masks_everything),
     ),
     errors=(
+        Raises(RAISE_VALUE_ERROR.format(sizes="q_block and k_block"), example=_asserting(ref.tiled_attention),
+               match=".",
+               when=lambda call: bool(call.raises)),
         Raises("{what} raised {error}. The last block is shorter when the block size does not divide the length: "
                "build a tile's mask and slices from the tile's own size (scores.shape[-2], scores.shape[-1]), "
                "not from q_block and k_block",
@@ -408,6 +640,10 @@ TILED_ATTENTION = Spec(
         Hint("NaN or infinity at scores around 1000: exp overflows. Subtract the running maximum before "
              "exponentiating, exp(S - m_new)",
              lambda got, call: _large_scores(call) and not _finite(got), example=_tiled_variant(shift=False)),
+        Hint(f"NaN or infinity at moderate scores, no mask: {INVERTED_FACTOR}; with m_old = -inf before the first "
+             "key block, exp(m_new - m_old) is infinite there",
+             lambda got, call: not _causal(call) and not _large_scores(call) and not _finite(got),
+             example=_tiled_inverted_factor),
     ),
 )
 
@@ -456,6 +692,14 @@ def _gqa_variant(pairing: str = "consecutive", scale: str = "sqrt_d_k", masking:
     return grouped_query_attention
 
 
+def _heads(call: Call) -> int:
+    return call.args[0].shape[1]
+
+
+def _kv_heads(call: Call) -> int:
+    return call.args[1].shape[1]
+
+
 def _group_by_kv_heads(query, key, value, mask=None):
     """Query head h reads key/value head h // kv_heads (the number of groups taken for the group size)."""
     index = torch.arange(query.shape[1]) // key.shape[1]
@@ -496,6 +740,17 @@ GROUPED_QUERY_ATTENTION = Spec(
                          ("inverted", "the mask is inverted: True means the query may attend to the key; fill the "
                                       "scores where the mask is False"))),
     ),
+    rules=(
+        Rule("groups of several query heads over several key/value heads (1 < kv_heads < heads)",
+             lambda call: not call.raises and 1 < _kv_heads(call) < _heads(call)),
+        Rule("multi-query attention (kv_heads = 1)", lambda call: not call.raises and _kv_heads(call) == 1),
+        Rule("multi-head attention (kv_heads = heads)", lambda call: _kv_heads(call) == _heads(call)),
+        Rule("q_len != k_len", lambda call: not call.raises and call.args[0].shape[2] != call.args[1].shape[2]),
+        Rule("no mask", lambda call: not call.raises and len(call.args) == 3),
+        Rule("a mask (q_len, k_len)", lambda call: len(call.args) == 4 and call.args[3].ndim == 2),
+        Rule("a padding mask (batch, 1, 1, k_len)", lambda call: len(call.args) == 4 and call.args[3].ndim == 4),
+        Rule("kv_heads does not divide heads: ValueError", lambda call: call.raises == "ValueError"),
+    ),
     mistakes=(
         Mistake("group_by_kv_heads", "query head h reads key/value head h // kv_heads: the group size is heads // "
                 "kv_heads, the number of query heads that share one key/value head, so head h reads key/value "
@@ -531,7 +786,7 @@ def _kv_variant(factor: int = 2, heads_counted: str = "kv_heads", width: str = "
     def kv_cache_bytes(tokens, layers, d_model, heads, kv_heads, bytes_per_value):
         if d_model % heads or heads % kv_heads:
             raise ValueError("heads must divide d_model and kv_heads must divide heads")
-        count = kv_heads if heads_counted == "kv_heads" else heads
+        count = {"kv_heads": kv_heads, "heads": heads, "group": heads // kv_heads}[heads_counted]
         per_head = d_model // heads if width == "d_head" else d_model
         return (factor * tokens * (layers if layers_counted else 1) * count * per_head * bytes_per_value
                 * (8 if unit == "bits" else 1))
@@ -545,13 +800,29 @@ KV_CACHE_BYTES = Spec(
     reference=ref.kv_cache_bytes,
     by_call=True,
     variant=_kv_variant,
+    equivalent=(("L10 d_model // heads -> d_model / heads", "heads divides d_model (checked first, ValueError "
+                                                             "otherwise), so d_model / heads is d_model // heads, "
+                                                             "a float of the same value"),),
+    rules=(
+        Rule("grouped-query attention (1 < kv_heads < heads)", lambda call: not call.raises and 1 < call.args[4]
+             < call.args[3]),
+        Rule("multi-query attention (kv_heads = 1)", lambda call: call.args[4] == 1),
+        Rule("multi-head attention (kv_heads = heads)", lambda call: call.args[4] == call.args[3]),
+        Rule("heads does not divide d_model: ValueError", lambda call: call.raises == "ValueError"
+             and call.args[2] % call.args[3] > 0),
+        Rule("kv_heads does not divide heads: ValueError", lambda call: call.raises == "ValueError"
+             and call.args[3] % call.args[4] > 0),
+    ),
     knobs=(
         Knob("factor", ((1, "it counts the keys only (or the values only): the cache holds a key and a value per "
                             "token, layer and key/value head, a factor 2"),
                         (3, "it counts the queries too: only keys and values are cached (a query is used once, at "
                             "its own step), a factor 2, not 3"))),
         Knob("heads_counted", (("heads", "it counts every query head: only the kv_heads key/value heads are cached "
-                                         "(kv_heads = heads in multi-head attention, fewer in GQA and MQA)"),)),
+                                         "(kv_heads = heads in multi-head attention, fewer in GQA and MQA)"),
+                               ("group", "it counts heads // kv_heads heads, the size of a group (the query heads "
+                                         "that share one key/value head): the cache holds kv_heads key/value heads "
+                                         "per layer, the number given"))),
         Knob("width", (("d_model", "each key/value head holds d_head = d_model // heads numbers, not d_model"),)),
         Knob("layers_counted", ((False, "it leaves out the layers: every layer caches its own keys and values"),)),
         Knob("unit", (("bits", "it counts bits: the answer is in bytes, bytes_per_value per number"),)),
@@ -578,6 +849,17 @@ def _window(keep):
     return sliding_window_mask
 
 
+def _window_variant(upper: str = "<=", lower: str = ">"):
+    """A learner's window with its two bounds: key j <= query i (``upper``: or j < i), and
+    j > i - window (``lower``: or j >= i - window, or j > i - window + 1)."""
+    return _window(lambda i, j, w: (j <= i if upper == "<=" else j < i)
+                   & {">": j > i - w, ">=": j >= i - w, "> + 1": j > i - w + 1}[lower])
+
+
+def _diagonal_hidden(got: np.ndarray, call: Call) -> bool:
+    return got.ndim == 2 and got.shape[0] == got.shape[1] and not np.all(np.diag(got) == 1)
+
+
 SLIDING_WINDOW_MASK = Spec(
     id="efficient_attention-sliding_window_mask",
     function="sliding_window_mask",
@@ -585,15 +867,31 @@ SLIDING_WINDOW_MASK = Spec(
     reference=ref.sliding_window_mask,
     prepare=_mask_values,
     by_call=True,
+    rules=(
+        Rule("1 < window < seq_len", lambda call: not call.raises and 1 < call.args[1] < call.args[0]),
+        Rule("window = 1: a query sees itself only", lambda call: call.args[1] == 1),
+        Rule("window = seq_len: the causal mask", lambda call: call.args[1] == call.args[0]),
+        Rule("window larger than the sequence: the causal mask", lambda call: call.args[1] > call.args[0]),
+        Rule("window < 1: ValueError", lambda call: call.raises == "ValueError" and call.args[1] < 1),
+    ),
+    variant=_window_variant,
+    knobs=(
+        Knob("lower", ((">=", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
+                              "keys, the query itself and the w - 1 before it: i - window < j <= i"),
+                       ("> + 1", "each query sees window - 1 keys (off by one: j > i - window + 1); a window of w is "
+                                 "w keys, the query itself and the w - 1 before it: i - window < j <= i"))),
+        Knob("upper", (("<", "a query does not see itself (j < i, off by one at the diagonal): the window holds the "
+                             "query's own position and the window - 1 keys before it, i - window < j <= i"),)),
+    ),
+    hints=(
+        Hint("the diagonal should be True: every query sees itself (j = i), whatever the window; row i is query i, "
+             "column j key j, and a query sees the keys i - window < j <= i", _diagonal_hidden,
+             example=_window(lambda i, j, w: (i < j) & (j < i + w))),
+    ),
     mistakes=(
-        Mistake("one_too_many", "each query sees window + 1 keys (off by one: j >= i - window); a window of w is w "
-                "keys, the query itself and the w - 1 before it: i - window < j <= i",
-                _window(lambda i, j, w: (j <= i) & (j >= i - w))),
-        Mistake("one_too_few", "each query sees window - 1 keys (off by one: j > i - window + 1); a window of w is w "
-                "keys, the query itself and the w - 1 before it: i - window < j <= i",
-                _window(lambda i, j, w: (j <= i) & (j > i - w + 1))),
-        Mistake("not_itself", "a query does not see itself (j < i): the window holds the query's own position and "
-                "the window - 1 before it, i - window < j <= i", _window(lambda i, j, w: (j < i) & (j >= i - w))),
+        Mistake("not_itself", "the window is shifted one key back: a query sees the window keys before it, i - "
+                "window <= j < i, but not itself; the window holds the query's own position and the window - 1 "
+                "before it, i - window < j <= i", _window(lambda i, j, w: (j < i) & (j >= i - w))),
         Mistake("both_sides", "it is a band on both sides of the diagonal: a causal window also hides the future, "
                 "j <= i", _window(lambda i, j, w: np.abs(i - j) < w)),
         Mistake("inverted", "it is inverted: True marks the positions to hide; in this course True = may attend",

@@ -1141,7 +1141,6 @@ BEAM_SEARCH = Spec(
         ("L12 torch.tensor([score for _, score in alive], dtype=torch.f... -> torch.tensor([score for _, score in "
          "alive])", "the running scores rounded to float32 (relative 6e-8) are added to float64 log-probabilities: "
                     "far below the score's tolerance (1e-5) and the gaps between the drawn hypotheses' scores"),
-        ("L13 min(beam_size, scores.numel()) -> min(scores.numel(), beam_size)", "min is symmetric"),
         ("L25 max(ranked, key=lambda r: r[0]) -> max(ranked)", "ranked holds (score, tokens): max compares the "
                                                                "scores first, and the inputs never tie them"),
         ("L26 torch.tensor(tokens, dtype=torch.int64) -> torch.tensor(tokens)", "a list of Python ints is int64"),

@@ -14,6 +14,7 @@ even when inverted.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ from torch import nn
 
 from coursekit.protocol import Raised, Unsupported
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, _equal, catalogued, close,
+from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Rule, Spec, _equal, catalogued, close,
                     judge_case, to_array, value)
 from ._probes import sums_to_one
 from .softmax import OVER_KEYS
@@ -84,6 +85,17 @@ def _reshape_errors(invalid_size, not_contiguous, numpy_transpose) -> tuple[Rais
 
 # ---------------------------------------------------------------- split and merge
 
+def _rearranged(got: np.ndarray, call: Call) -> bool:
+    """The answer holds the input's numbers, each once, in other places: axes moved or read in
+    another order, nothing computed."""
+    x = np.asarray(call.args[0], dtype=np.float64)
+    return got.size == x.size and bool(np.allclose(np.sort(got.ravel()), np.sort(x.ravel())))
+
+
+REARRANGED = ("it holds the right numbers in the wrong places: axes swapped or read in another order. A reshape "
+              "reads the entries in memory order, so {order}")
+
+
 def _split(arrange):
     """A learner's split_heads: ``arrange(x, batch, seq_len, heads, d_k)`` after the check."""
     def split_heads(x, heads):
@@ -96,6 +108,15 @@ def _split(arrange):
 
 _SPLIT_NO_TRANSPOSE = _split(lambda x, b, s, h, d_k: x.reshape(b, h, s, d_k))
 _SPLIT_INTERLEAVED = _split(lambda x, b, s, h, d_k: x.reshape(b, s, d_k, h).permute(0, 3, 1, 2))
+_SPLIT_TRANSPOSED_FIRST = _split(lambda x, b, s, h, d_k: x.transpose(1, 2).reshape(b, h, s, d_k))
+SPLIT_TRANSPOSED_FIRST = ("it transposes x to (batch, d_model, seq_len) before the reshape: a reshape reads the "
+                          "entries in memory order, so head j's (seq_len, d_k) block is filled from its d_k "
+                          "features' rows of x transposed, which mixes positions and features. Reshape first, to "
+                          "(batch, seq_len, heads, d_k), then .transpose(1, 2)")
+
+
+def _heads(call: Call) -> int:
+    return call.kwargs.get("heads", call.args[-1])
 
 
 def _split_calls(rng: np.random.Generator) -> list[Call]:
@@ -119,6 +140,13 @@ SPLIT_HEADS = Spec(
     reference=ref.split_heads,
     driver="tensors",
     judge=_judge_tensors,
+    rules=(
+        Rule("several heads of several features (heads > 1, d_k > 1), batch, seq_len, heads and d_k distinct",
+             lambda call: not call.raises and _heads(call) > 1 and call.args[0].shape[-1] // _heads(call) > 1
+             and len({*call.args[0].shape[:2], _heads(call), call.args[0].shape[-1] // _heads(call)}) == 4),
+        Rule("heads = 1", lambda call: _heads(call) == 1),
+        Rule("heads does not divide d_model: ValueError", lambda call: call.raises == "ValueError"),
+    ),
     mistakes=(
         Mistake("no_transpose", "it reshapes straight to (batch, heads, seq_len, d_k) without a transpose, which "
                 "mixes the tokens between heads: reshape to (batch, seq_len, heads, d_k) first, then .transpose(1, 2)",
@@ -131,7 +159,11 @@ SPLIT_HEADS = Spec(
                 _split(lambda x, b, s, h, d_k: x.reshape(b, s, h, d_k).permute(0, 2, 3, 1))),
         Mistake("no_swap", "it returns (batch, seq_len, heads, d_k): the heads axis must come before seq_len, "
                 ".transpose(1, 2) after the reshape", _split(lambda x, b, s, h, d_k: x.reshape(b, s, h, d_k))),
+        Mistake("transposed_first", SPLIT_TRANSPOSED_FIRST, _SPLIT_TRANSPOSED_FIRST),
     ),
+    hints=(Hint(REARRANGED.format(order="reshape first, (batch, seq_len, d_model) -> (batch, seq_len, heads, "
+                                        "d_k), then swap seq_len and heads, .transpose(1, 2)"), _rearranged,
+                example=_split(lambda x, b, s, h, d_k: x.reshape(b, d_k, s, h).permute(0, 3, 2, 1))),),
     errors=_reshape_errors(
         invalid_size=lambda x, heads: x.reshape(*x.shape[:2], heads, x.shape[-1]).transpose(1, 2),
         not_contiguous=lambda x, heads: x.transpose(1, 2).view(*x.shape[:2], heads, -1),
@@ -156,6 +188,13 @@ _MERGE_NO_TRANSPOSE = _merge(lambda x, b, h, s, d_k: x.reshape(b, s, h * d_k))
 _MERGE_INTERLEAVED = _merge(lambda x, b, h, s, d_k: x.permute(0, 2, 3, 1).reshape(b, s, h * d_k))
 _MERGE_REVERSED = _merge(lambda x, b, h, s, d_k: ref.merge_heads(x.flip(1)))
 _MERGE_VIEW = _merge(lambda x, b, h, s, d_k: x.transpose(1, 2).view(b, s, h * d_k))
+_MERGE_SEQ_D_K = _merge(lambda x, b, h, s, d_k: x.transpose(2, 3).reshape(b, s, h * d_k))
+_MERGE_RESHAPE_FIRST = _merge(lambda x, b, h, s, d_k: x.reshape(b, h * d_k, s).transpose(1, 2))
+MERGE_SEQ_D_K = ("it swaps seq_len and d_k (.transpose(2, 3), or -1 and -2) before the reshape; the axes to swap are "
+                 "heads and seq_len, .transpose(1, 2), so that each token's heads sit side by side")
+MERGE_RESHAPE_FIRST = ("it reshapes (batch, heads, seq_len, d_k) to (batch, d_model, seq_len) and transposes after: a "
+                       "reshape reads the entries in memory order, so it mixes positions and features. Transpose "
+                       "first, .transpose(1, 2), then reshape to (batch, seq_len, d_model)")
 
 
 def _merge_calls(rng: np.random.Generator) -> list[Call]:
@@ -170,6 +209,11 @@ MERGE_HEADS = Spec(
     reference=ref.merge_heads,
     driver="tensors",
     judge=_judge_tensors,
+    rules=(
+        Rule("several heads, batch, heads, seq_len and d_k distinct", lambda call: call.args[0].shape[1] > 1
+             and len(set(call.args[0].shape)) == 4),
+        Rule("heads = 1", lambda call: call.args[0].shape[1] == 1),
+    ),
     mistakes=(
         Mistake("no_transpose", "it reshapes (batch, heads, seq_len, d_k) straight to (batch, seq_len, heads * d_k) "
                 "without a transpose, which mixes tokens: .transpose(1, 2) first, then reshape", _MERGE_NO_TRANSPOSE),
@@ -181,7 +225,12 @@ MERGE_HEADS = Spec(
                 "heads axis last before the reshape. Use .transpose(1, 2) only, to (batch, seq_len, heads, d_k)",
                 _MERGE_INTERLEAVED),
         Mistake("reversed", "the heads are concatenated in reverse order: head 0 comes first", _MERGE_REVERSED),
+        Mistake("seq_d_k_swapped", MERGE_SEQ_D_K, _MERGE_SEQ_D_K),
+        Mistake("reshape_first", MERGE_RESHAPE_FIRST, _MERGE_RESHAPE_FIRST),
     ),
+    hints=(Hint(REARRANGED.format(order="first swap heads and seq_len, .transpose(1, 2) -> (batch, seq_len, heads, "
+                                        "d_k), then reshape to (batch, seq_len, heads * d_k)"), _rearranged,
+                example=_merge(lambda x, b, h, s, d_k: x.transpose(0, 2).reshape(b, s, h * d_k))),),
     errors=_reshape_errors(
         invalid_size=_merge(lambda x, b, h, s, d_k: x.transpose(1, 2).reshape(b, s, h)),
         not_contiguous=_MERGE_VIEW,
@@ -227,11 +276,13 @@ def _mha(scale=lambda d_k, d_model: math.sqrt(d_k), split=ref.split_heads, merge
 
 _SCALES = {"sqrt_d_k": {}, "sqrt_d_model": {"scale": lambda d_k, d_model: math.sqrt(d_model)},
            "none": {"scale": lambda d_k, d_model: 1.0}, "d_k": {"scale": lambda d_k, d_model: float(d_k)}}
-_SPLITS = {"right": {}, "no_transpose": {"split": _SPLIT_NO_TRANSPOSE}, "interleaved": {"split": _SPLIT_INTERLEAVED}}
+_SPLITS = {"right": {}, "no_transpose": {"split": _SPLIT_NO_TRANSPOSE}, "interleaved": {"split": _SPLIT_INTERLEAVED},
+           "transposed_first": {"split": _SPLIT_TRANSPOSED_FIRST}}
 _MASKINGS = {"right": {}, "inverted": {"invert": True}, "ignored": {"use_mask": False}, "fill_0": {"fill": 0.0},
              "after_softmax": {"after_softmax": True}}
 _MERGES = {"right": {}, "no_transpose": {"merge": _MERGE_NO_TRANSPOSE}, "interleaved": {"merge": _MERGE_INTERLEAVED},
-           "reversed": {"merge": _MERGE_REVERSED}}
+           "reversed": {"merge": _MERGE_REVERSED}, "seq_d_k_swapped": {"merge": _MERGE_SEQ_D_K},
+           "reshape_first": {"merge": _MERGE_RESHAPE_FIRST}}
 
 
 def _mha_variant(scale="sqrt_d_k", split="right", masking="right", merge="right", w_o=True):
@@ -380,6 +431,17 @@ MULTI_HEAD_ATTENTION = Spec(
     reference=ref.MultiHeadAttention,
     driver="attention_module",
     judge=_judge_module,
+    rules=(
+        Rule("cross-attention, q_len != k_len", lambda call: not call.raises and call.args[-4].shape[1]
+             != call.args[-3].shape[1]),
+        Rule("self-attention: one input as query, key and value", lambda call: not call.raises
+             and call.args[-4] is call.args[-3] is call.args[-2]),
+        Rule("no mask", lambda call: not call.raises and call.args[-1] is None),
+        Rule("a padding mask (batch, 1, k_len)", lambda call: _mask_shape(call) == PADDING_MASK),
+        Rule("a causal mask (q_len, q_len)", lambda call: len(_mask_shape(call) or ()) == 2),
+        Rule("a mask (batch, q_len, k_len)", lambda call: _mask_shape(call) == FULL_MASK),
+        Rule("heads does not divide d_model: ValueError in __init__", lambda call: call.raises == "ValueError"),
+    ),
     parts=PARTS,
     order=(1, 0),
     variant=_mha_variant,
@@ -396,6 +458,7 @@ MULTI_HEAD_ATTENTION = Spec(
                              "then .transpose(1, 2) (your split_heads)"),
             ("interleaved", "head j gets the columns j, j + heads, ...: split d_model as (heads, d_k), head j owning "
                             "d_k consecutive columns"),
+            ("transposed_first", f"its split of the heads: {SPLIT_TRANSPOSED_FIRST} (your split_heads)"),
         )),
         Knob("masking", (
             ("inverted", "the mask is inverted: in this course True means the query may attend to the key "
@@ -413,6 +476,8 @@ MULTI_HEAD_ATTENTION = Spec(
             ("interleaved", "the heads are interleaved when concatenated: .transpose(1, 2) only, then reshape (your "
                             "merge_heads)"),
             ("reversed", "it concatenates the heads in reverse order"),
+            ("seq_d_k_swapped", f"its concatenation of the heads: {MERGE_SEQ_D_K} (your merge_heads)"),
+            ("reshape_first", f"its concatenation of the heads: {MERGE_RESHAPE_FIRST} (your merge_heads)"),
         )),
         Knob("w_o", ((False, "the output skips W_o: after concatenating the heads, apply the output projection "
                              "W_o"),)),
@@ -598,6 +663,12 @@ LOAD_TORCH_WEIGHTS = Spec(
     reference=ref.load_torch_weights,
     driver="weight_loader",
     judge=_judge_loaded,
+    rules=(
+        Rule("the query, key and value rows of in_proj_weight all differ, and none is its own transpose",
+             lambda call: all(not np.allclose(a, b) for a, b in itertools.combinations(np.split(call.args[2], 3), 2))
+             and not any(np.allclose(a, a.T) for a in np.split(call.args[2], 3))),
+        Rule("nonzero biases", lambda call: bool(np.all(call.args[3] != 0) and np.all(call.args[5] != 0))),
+    ),
     mistakes=(
         Mistake("key_first", "module.W_q.weight: it holds the key rows of in_proj_weight; in_proj_weight stacks "
                 "the rows of query, key, value in that order (chunk 0, 1, 2)", _loader(order=(1, 0, 2))),

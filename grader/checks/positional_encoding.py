@@ -18,7 +18,7 @@ import numpy as np
 
 from coursekit.protocol import Raised, Unsupported
 
-from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, judge_case, to_array, value
+from ._core import Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, judge_case, to_array, value
 from .reference import positional_encoding as ref
 
 LONG_ATOL = 1e-4
@@ -93,6 +93,11 @@ def _gap(outputs: str = "reorder", slots: bool = True, one_side: bool = False, s
     return order_gap
 
 
+def _positions_on_the_original_only(x, order, pe=None):
+    p = 0.0 if pe is None else pe[: x.shape[0]]
+    return float(np.abs(ref.self_attention(x[order]) - ref.self_attention(x + p)[order]).max())
+
+
 def _every_difference(x, order, pe=None):
     p = 0.0 if pe is None else pe[: x.shape[0]]
     return np.abs(ref.self_attention(x[order] + p) - ref.self_attention(x + p)[order])
@@ -152,6 +157,13 @@ ORDER_GAP = Spec(
     function="order_gap",
     inputs=_order_gap_calls,
     reference=ref.order_gap,
+    rules=(Rule("no positions (pe None): the gap is 0", lambda call: _pe_of(call) is None),
+           Rule("a table exactly as long as the sentence", lambda call: _pe_of(call) is not None
+                and len(_pe_of(call)) == len(call.args[0])),
+           Rule("a table longer than the sentence: its first n rows", lambda call: _pe_of(call) is not None
+                and len(_pe_of(call)) > len(call.args[0]))),
+    equivalent=(("L3 0.0 -> 1.0", "without positions self-attention is permutation-equivariant for any input, x + 1 "
+                 "included: the gap is 0 (to rounding) either way"),),
     judge=_judge,
     prepare=_one_number,
     mistakes=(
@@ -167,6 +179,8 @@ ORDER_GAP = Spec(
                 _gap(slots=False)),
         Mistake("one_side", "it adds the positions to the reordered sentence only; add pe[:n] to both sentences",
                 _gap(one_side=True)),
+        Mistake("original_side", "it adds the positions to the original sentence only; add pe[:n] to both sentences",
+                _positions_on_the_original_only),
         Mistake("mean", "it returns the mean absolute difference; return the largest one (np.abs(diff).max())",
                 _gap(reduce=lambda d: np.abs(d).mean())),
         Mistake("sum", "it returns the sum of the absolute differences; return the largest one (np.abs(diff).max())",
@@ -255,7 +269,22 @@ def _table_calls(rng: np.random.Generator) -> list[Call]:
     ask(int(rng.integers(7, 11)), 5, "positional", note=", odd d_model")
     for max_len, d_model in [(0, 6), (7, 0)]:
         calls.append(Call((max_len, d_model), what=f"sinusoidal_encoding({max_len}, {d_model})", raises="ValueError"))
+    # The smallest sizes the docstring allows (>= 1): one position, then one column (a lone sin).
+    ask(1, int(rng.choice([4, 8])), "positional", note=", one position")
+    ask(int(rng.integers(3, 6)), 1, "keyword", note=", d_model 1")
     return calls
+
+
+def _pe_of(call: Call) -> np.ndarray | None:
+    return call.args[2] if len(call.args) > 2 else call.kwargs.get("pe")
+
+
+def _k_of(call: Call) -> float:
+    return call.args[0] if call.args else call.kwargs["k"]
+
+
+def _embed_args(call: Call) -> tuple:
+    return (call.args + (call.kwargs.get("table"), call.kwargs.get("pe")))[:3]
 
 
 def _sizes(call: Call) -> tuple[int, int]:
@@ -350,6 +379,13 @@ SINUSOIDAL_ENCODING = Spec(
     function="sinusoidal_encoding",
     inputs=_table_calls,
     reference=ref.sinusoidal_encoding,
+    rules=(Rule("an even d_model", lambda call: not call.raises and _sizes(call)[1] % 2 == 0),
+           Rule("an odd d_model: the last column a lone sin", lambda call: not call.raises and _sizes(call)[1] % 2 == 1
+                and _sizes(call)[1] > 1),
+           Rule("max_len < 1 raises ValueError", lambda call: call.raises == "ValueError" and _sizes(call)[0] < 1),
+           Rule("d_model < 1 raises ValueError", lambda call: call.raises == "ValueError" and _sizes(call)[1] < 1),
+           Rule("max_len = 1 is allowed", lambda call: not call.raises and _sizes(call)[0] == 1),
+           Rule("d_model = 1 is allowed", lambda call: not call.raises and _sizes(call)[1] == 1)),
     prepare=_table_shape,
     judge=_judge_table,
     mistakes=(
@@ -466,6 +502,9 @@ SHIFT_MATRIX = Spec(
     function="shift_matrix",
     inputs=_shift_calls,
     reference=ref.shift_matrix,
+    rules=(Rule("k above 0", lambda call: not call.raises and _k_of(call) > 0),
+           Rule("k below 0", lambda call: not call.raises and _k_of(call) < 0),
+           Rule("an odd d_model raises ValueError", lambda call: call.raises == "ValueError")),
     judge=_judge,
     mistakes=(
         Mistake("minus_k", "it is the shift by -k: each 2 x 2 block is transposed. The block of frequency w is "
@@ -558,6 +597,11 @@ DOT_BY_OFFSET = Spec(
     function="dot_by_offset",
     inputs=_offset_calls,
     reference=ref.dot_by_offset,
+    rules=(Rule("offset 0 (d_model / 2)", lambda call: not call.raises and bool(np.any(call.args[0] == 0))),
+           Rule("offsets of both signs", lambda call: not call.raises and call.args[0].min() < 0 < call.args[0].max()),
+           Rule("an odd d_model raises ValueError", lambda call: call.raises == "ValueError")),
+    equivalent=(("L9 np.asarray(offsets, dtype=np.float64) -> np.asarray(offsets)",
+                 "offsets[..., None] * w is float64 whatever the offsets' dtype: w is float64"),),
     prepare=_summed,
     judge=_judge,
     mistakes=(
@@ -647,6 +691,11 @@ EMBED = Spec(
     function="embed",
     inputs=_embed_calls,
     reference=ref.embed,
+    rules=(Rule("pe longer than the sentence: its first seq_len rows", lambda call: len(_embed_args(call)[2])
+                > _embed_args(call)[0].shape[1]),
+           Rule("pe exactly seq_len long", lambda call: len(_embed_args(call)[2]) == _embed_args(call)[0].shape[1]),
+           Rule("a word at two positions (the same embedding, two encodings)",
+                lambda call: bool(np.all(_embed_args(call)[0][:, 1] == _embed_args(call)[0][:, -1])))),
     judge=_judge,
     prepare=_not_concatenated,
     mistakes=(
@@ -666,6 +715,11 @@ EMBED = Spec(
                 _embedding(combine=lambda words, p: words * p)),
         Mistake("reversed", "the positions are reversed: the first word gets position 0, pe[:seq_len] in order",
                 _embedding(positions=lambda pe, ids: pe[: ids.shape[1]][::-1])),
+        Mistake("subtracted", "it subtracts the positional encodings from the word embeddings; add them",
+                _embedding(combine=lambda words, p: words - p)),
+        Mistake("ids_from_one", "it looks up row token_id - 1 of the table, as if the ids counted from 1; token id t "
+                "is row t of the table (ids count from 0): table[token_ids]",
+                lambda token_ids, table, pe: table[token_ids - 1] + pe[: token_ids.shape[1]]),
     ),
     diagnosed=(
         Mistake("concatenated", "it concatenates the positions to the word embeddings",

@@ -1,7 +1,7 @@
 """Hidden checks of notebook 13, rope: rotary position embeddings (Su et al. 2021, RoFormer).
 
 Sizes are pairwise distinct so that a swapped axis raises or shows: angles for 6 or 7
-positions of d_k 8, 10 or 12 features; x of (batch 2, heads 3, seq_len 5, d_k 8); the attention
+positions of d_k 8, 10 or 14 features; x of (batch 2, heads 3, seq_len 5, d_k 8); the attention
 module at d_model 24 with 3 heads (d_k 8), on 5 or 6 positions, and 4 queries against 6 keys
 (each rotated by its own positions). ``apply_rope`` gets random
 angles in (-pi, pi), not only a table of ``rope_angles``, so that the rotation's formula is
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._core import Call, Hint, Knob, Mistake, Raises, Spec
+from ._core import Call, Hint, Knob, Mistake, Raises, Rule, Spec
 from .multi_head import _weights
 from .reference import rope as ref
 
@@ -26,7 +26,7 @@ PAIRINGS = ref.PAIRINGS
 
 def _angles_calls(rng: np.random.Generator) -> list[Call]:
     seq_len = int(rng.integers(6, 8))
-    d_k = int(rng.choice([8, 10, 12]))
+    d_k = int(rng.choice([8, 10, 14]))  # (even, and no multiple of 3: d_k % 3 is not a check of oddness)
     base = float(rng.choice([100.0, 500.0]))
     return [
         Call((seq_len, d_k), what=f"rope_angles({seq_len}, {d_k})"),
@@ -65,6 +65,22 @@ ROPE_ANGLES = Spec(
     inputs=_angles_calls,
     reference=ref.rope_angles,
     variant=_angles_variant,
+    equivalent=(
+        ("L9 torch.arange(d_k // 2, dtype=torch.float64) -> torch.arange(d_k // 2)", "integer pair indices: -2 * i "
+         "/ d_k is then float32, a float32 answer that the tolerance accepts (as Llama's float32 angles)"),
+        ("L9 d_k // 2 -> d_k / 2", "d_k is even (odd raises first): torch.arange(d_k / 2) is the same d_k // 2 "
+         "indices, as floats"),
+        ("L10 torch.arange(seq_len, dtype=torch.float64) -> torch.arange(seq_len)", "integer positions times the "
+         "float64 frequencies are the same float64 angles"),
+    ),
+    rules=(
+        Rule("the default base, 10000", lambda call: not call.raises and "base" not in call.kwargs),
+        Rule("a base given, other than 10000", lambda call: call.kwargs.get("base", 10000.0) != 10000.0),
+        Rule("d_k / 2 pairs, more than one", lambda call: not call.raises and call.args[1] // 2 > 1),
+        Rule("an odd d_k: ValueError", lambda call: call.raises == "ValueError" and call.args[1] % 2 == 1),
+        Rule("an even d_k that is no multiple of 3 (so that only oddness raises)",
+             lambda call: not call.raises and call.args[1] % 3 > 0),
+    ),
     knobs=(
         Knob("exponent", (
             ("i", "the frequencies fall too slowly: theta_i = base ** (-2i / d_k), with 2i in the exponent, not "
@@ -175,6 +191,23 @@ APPLY_ROPE = Spec(
     inputs=_apply_calls,
     reference=ref.apply_rope,
     variant=_apply_variant,
+    equivalent=(
+        ("L10 x = torch.as_tensor(x) -> (left out)", "the grader hands torch code tensors (coursekit.probe), so "
+         "torch.as_tensor(x) is x"),
+        ("L11 angles = torch.as_tensor(angles, dtype=torch.float64) -> (left out)", "the grader hands torch code "
+         "tensors, the angles float64: torch.as_tensor(angles, dtype=torch.float64) is angles"),
+        ("L11 torch.as_tensor(angles, dtype=torch.float64) -> torch.as_tensor(angles)", "the angles handed in are "
+         "float64 tensors already"),
+    ),
+    rules=(
+        Rule("the default pairing (interleaved)", lambda call: not call.raises and "pairing" not in call.kwargs),
+        Rule("pairing='interleaved' given", lambda call: call.kwargs.get("pairing") == "interleaved"),
+        Rule("pairing='halves'", lambda call: call.kwargs.get("pairing") == "halves"),
+        Rule("leading axes before (seq_len, d_k)", lambda call: not call.raises and call.args[0].ndim > 2),
+        Rule("angles of any size, beyond rope_angles' (|angle| > 1 on the last pair)",
+             lambda call: not call.raises and bool(np.any(np.abs(call.args[1][:, -1]) > 1.0))),
+        Rule("an unknown pairing: ValueError", lambda call: call.raises == "ValueError"),
+    ),
     knobs=(
         Knob("sign", ((-1, "it rotates the wrong way (the inverse rotation, by -angle): pair (a, b) becomes "
                            "(a cos - b sin, a sin + b cos), RoFormer's eq. 15"),)),
@@ -309,6 +342,15 @@ ROTARY_MULTI_HEAD_ATTENTION = Spec(
     parts=("output", "weights"),
     order=(1, 0),
     variant=_rotary,
+    equivalent=tuple((name, "the heads are 4-D, (batch, heads, seq_len, d_k): shape[2] is shape[-2]")
+                     for name in ("L6 -2 -> 2", "L7 -2 -> 2")),
+    rules=(
+        Rule("q_len != k_len: the queries and the keys rotated by their own positions", _cross),
+        Rule("a causal mask (q_len, k_len)", lambda call: call.args[-1] is not None and call.args[-1].ndim == 2),
+        Rule("a padding mask (batch, 1, k_len)", lambda call: call.args[-1] is not None
+             and call.args[-1].shape[1] == 1),
+        Rule("no mask", lambda call: call.args[-1] is None),
+    ),
     knobs=(
         Knob("where", (
             ("d_model", "it rotates the projected (batch, seq_len, d_model) vectors with d_model frequencies before "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Spec, _describe, _equal, judge_case
+from ._core import ATOL, RTOL, Call, Case, CheckFailed, Hint, Mistake, Raises, Rule, Spec, _describe, _equal, judge_case
+from ._softmax_kinds import no_keepdims_max, no_keepdims_sum, softmax_axis_hints
 from .reference import scaling as ref
 from .reference.similarity import dot_product, score_matrix
 from .reference.softmax import stable_softmax
@@ -23,9 +24,12 @@ from .reference.softmax import stable_softmax
 def _variance_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
     for n, d_k in [(7, 6), (5, 9)]:
-        # Shifted entries: the dot products have a mean far from 0.
-        q = rng.normal(loc=0.6, size=(n, d_k))
-        k = rng.normal(loc=0.4, scale=1.5, size=(n, d_k))
+        # Shifted entries, drawn again until the dot products have a mean far from 0.
+        while True:
+            q = rng.normal(loc=0.6, size=(n, d_k))
+            k = rng.normal(loc=0.4, scale=1.5, size=(n, d_k))
+            if abs(np.mean(dot_product(q, k))) > 0.5:
+                break
         calls.append(Call((q, k), what=f"dot_variance(q, k) for q and k of shape (n, d_k) = ({n}, {d_k})"))
     return calls
 
@@ -35,6 +39,10 @@ DOT_VARIANCE = Spec(
     function="dot_variance",
     inputs=_variance_inputs,
     reference=ref.dot_variance,
+    rules=(Rule("n != d_k: pair rows, sum over the last axis", lambda call: call.args[0].shape[0] != call.args[0].shape[1]),
+           Rule("dot products whose mean is far from 0 (subtract it)",
+                lambda call: abs(float(np.mean(dot_product(*call.args)))) > 0.5)),
+    equivalent=(("L3 dot_product(q, k) -> dot_product(k, q)", "a dot product is symmetric: q.k = k.q"),),
     by_call=True,
     mistakes=(
         Mistake("sample_variance", "it is the sample variance (ddof=1, what torch.var and Tensor.var compute by "
@@ -92,6 +100,8 @@ SCALED_SCORES = Spec(
     function="scaled_scores",
     inputs=_scores_inputs,
     reference=ref.scaled_scores,
+    rules=(Rule("d_k, q_len and k_len distinct", lambda call: len({*call.args[0].shape[-2:], call.args[1].shape[-2]}) == 3),
+           Rule("batch and heads axes in front", lambda call: call.args[0].ndim == 4)),
     mistakes=(
         Mistake("unscaled", "it returns Q K^T unscaled; divide by sqrt(d_k), with d_k = queries.shape[-1]",
                 score_matrix),
@@ -129,6 +139,7 @@ def _saturation_inputs(rng: np.random.Generator) -> list[Call]:
     # A batch of rows from mild to saturated (each row its own spread of scores), then
     # one plain row: a target hard-wired to one key, or an axis mix-up, shows.
     batch = rng.normal(size=(2, 3, 5)) * np.array([0.3, 1.0, 2.0, 4.0, 8.0, 25.0]).reshape(2, 3, 1)
+    batch[1, 2, np.argmax(batch[1, 2])] += 10.0  # the last row saturated: one weight above 0.999
     row = rng.normal(scale=1.5, size=6)
     return [Call((scores, target), what=f"softmax_saturation(scores, target) for scores of shape {scores.shape}")
             for scores, target in [(batch, 1), (row, 4)]]
@@ -156,6 +167,15 @@ def _norm_of_largest(w: np.ndarray, target: int) -> np.ndarray:
 
 _WRONG_KEY = ("it differentiates the weight of the wrong key, a neighbour of key target: keys count from 0, "
               "so the weight to differentiate is w[..., target]")
+
+
+_WRONG_DELTA = ("the delta of d w_t / d s_j = w_t (delta_tj - w_j) sits on a neighbour of key target (keys count "
+                "from 0): it is 1 at j = target only")
+
+
+def _delta_at(w: np.ndarray, target: int, key: int) -> np.ndarray:
+    """The norm of w_target (delta_key,j - w_j): the delta on another key."""
+    return np.linalg.norm(w[..., target:target + 1] * (np.eye(w.shape[-1])[key] - w), axis=-1)
 
 
 def _judge_saturation(case: Case) -> None:
@@ -197,6 +217,10 @@ SOFTMAX_SATURATION = Spec(
     function="softmax_saturation",
     inputs=_saturation_inputs,
     reference=ref.softmax_saturation,
+    rules=(Rule("target neither the first key nor the last", lambda call: 0 < call.args[1] < call.args[0].shape[-1] - 1),
+           Rule("a batch of rows, one saturated (a weight above 0.999)", lambda call: call.args[0].ndim > 1 and bool(
+               np.any(stable_softmax(call.args[0]).max(axis=-1) > 0.999)))),
+    equivalent=(("L4 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("max_weight", "grad_norm"),
     judge=_judge_saturation,
     mistakes=(
@@ -211,6 +235,18 @@ SOFTMAX_SATURATION = Spec(
                 _saturation(max_weight=lambda s, w: stable_softmax(s, 1 % s.ndim).max(-1))),
         Mistake("batch_max", "it takes one maximum for the whole batch; take the maximum over the last axis, "
                 "one per row", _saturation(max_weight=lambda s, w: np.max(w))),
+        Mistake("smallest_weight", "it returns the smallest weight (min); return the largest, the max over the last "
+                "axis", _saturation(max_weight=lambda s, w: w.min(axis=-1))),
+        Mistake("mean_weight", "it returns the mean weight, which is 1 / n for every row; return the largest, the max "
+                "over the last axis", _saturation(max_weight=lambda s, w: w.mean(axis=-1))),
+        Mistake("plus_w", "the sign of w_j: d w_t / d s_j = w_t (delta_tj - w_j), with a minus; it adds w_j",
+                _saturation(grad_norm=lambda w, t: np.linalg.norm(w[..., t:t + 1] * (np.eye(w.shape[-1])[t] + w),
+                                                                  axis=-1))),
+        Mistake("delta_only", "it keeps only the delta term, w_t delta_tj, whose norm is w_t: the gradient also has "
+                "-w_t w_j for every key j, d w_t / d s_j = w_t (delta_tj - w_j)",
+                _saturation(grad_norm=lambda w, t: w[..., t])),
+        Mistake("delta_next", _WRONG_DELTA, _saturation(grad_norm=lambda w, t: _delta_at(w, t, t + 1))),
+        Mistake("delta_previous", _WRONG_DELTA, _saturation(grad_norm=lambda w, t: _delta_at(w, t, t - 1))),
         Mistake("sum_of_rows", "it is 0 everywhere: it differentiates a sum of whole softmax rows, which is "
                 "always 1, so its gradient is 0 (for example w.sum().backward(), or w[target] instead of "
                 "w[..., target]); differentiate only the weight of key target, w[..., target]",
@@ -266,10 +302,14 @@ def _weights(scale=None, after=None, axis=-1, same_weights=False, softmax=True, 
         scores = scores / (np.sqrt(d_k) if scale is None else scale(d_model, d_k))
         if not softmax:
             return scores
-        weights = stable_softmax(scores, axis=axis)
+        weights = stable_softmax(scores, axis=axis) if softmax is True else softmax(scores)
         return weights if after is None else weights / after(d_k)
     return self_attention_weights
 
+
+_NO_KEEPDIMS = ("the {which} over the keys lost its axis (keepdims=True forgotten): on square scores (seq, seq) it "
+                "broadcasts along the other axis, so each row is {effect}. Keep the axis: np.max(s, axis=-1, "
+                "keepdims=True) and np.sum(e, axis=-1, keepdims=True) (torch: keepdim=True)")
 
 SELF_ATTENTION_WEIGHTS = Spec(
     id="scaling-self_attention_weights",
@@ -277,6 +317,11 @@ SELF_ATTENTION_WEIGHTS = Spec(
     depends=("scaling-scaled_scores",),  # its solution calls them
     inputs=_embedding_inputs,
     reference=ref.self_attention_weights,
+    rules=(Rule("d_k < d_model", lambda call: call.args[1].shape[1] < call.args[1].shape[0]),
+           Rule("d_k > d_model, with a batch axis", lambda call: call.args[1].shape[1] > call.args[1].shape[0]
+                and call.args[0].ndim == 3)),
+    equivalent=(("L4 stable_softmax(scaled_scores(x @ w_q, x @ w_k), axis=-1) -> "
+                 "stable_softmax(scaled_scores(x @ w_q, x @ w_k))", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     by_call=True,
     mistakes=(
         Mistake("sqrt_d_model", "it divides by sqrt(d_model), the width of the embeddings x (x.shape[-1] or "
@@ -301,8 +346,12 @@ SELF_ATTENTION_WEIGHTS = Spec(
         Mistake("w_q_for_keys", "it uses w_q for the keys too; the keys are x @ w_k", _weights(same_weights=True)),
         Mistake("no_softmax", "it returns the scaled scores; apply the softmax over the keys (last axis)",
                 _weights(softmax=False)),
+        Mistake("no_keepdims_sum", _NO_KEEPDIMS.format(which="sum", effect="divided by another row's sums"),
+                _weights(softmax=no_keepdims_sum)),
+        Mistake("no_keepdims_max", _NO_KEEPDIMS.format(which="max", effect="shifted by another row's maxima"),
+                _weights(softmax=no_keepdims_max)),
     ),
-    hints=(
+    hints=softmax_axis_hints(lambda softmax: _weights(softmax=lambda s: np.asarray(softmax(s))), other=False) + (
         Hint("each query's row should be positive and sum to 1 (a softmax over the keys, the last axis): scale "
              "the scores before the softmax, never the weights after it",
              lambda w, call: bool(np.all(np.isfinite(w))) and (

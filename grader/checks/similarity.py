@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Call, Hint, Mistake, Raises, Spec
+from ._core import Call, Hint, Mistake, Raises, Rule, Spec
+from ._softmax_kinds import keepdims_rule, no_keepdims_sum, softmax_axis_hints
 from .reference import similarity as ref
 from .reference.softmax import stable_softmax
 
@@ -30,6 +31,9 @@ DOT_PRODUCT = Spec(
     function="dot_product",
     inputs=_pairs,
     reference=ref.dot_product,
+    rules=(Rule("plain vectors (d,): one number", lambda call: call.args[0].ndim == 1),
+           Rule("a batch of pairs (..., d): one dot product per pair, over the last axis",
+                lambda call: call.args[0].ndim > 1 and len(set(call.args[0].shape)) == call.args[0].ndim)),
     mistakes=(
         Mistake("elementwise", "it returns the element-wise products; add them up over the last axis "
                 "(np.sum(a * b, axis=-1))", lambda a, b: a * b),
@@ -64,6 +68,11 @@ COSINE_SIMILARITY = Spec(
     depends=("similarity-dot_product",),  # its solution calls them
     inputs=_lengths_apart,
     reference=ref.cosine_similarity,
+    rules=(Rule("a zero vector gives 0, not NaN (eps guards the division)",
+                lambda call: not np.any(call.args[0]) or not np.any(call.args[1])),
+           Rule("vectors of different lengths: divide by both", lambda call: call.args[0].ndim > 1 and not np.allclose(
+               ref.norm(call.args[0]), ref.norm(call.args[1])))),
+    equivalent=(("L3 dot_product(a, b) -> dot_product(b, a)", "a dot product is symmetric: a.b = b.a"),),
     mistakes=(
         Mistake("no_division", "it returns the plain dot product; divide by the lengths |a| and |b|",
                 lambda a, b, eps=1e-8: ref.dot_product(a, b)),
@@ -102,6 +111,9 @@ SCORE_MATRIX = Spec(
     function="score_matrix",
     inputs=_queries_and_keys,
     reference=ref.score_matrix,
+    rules=(Rule("q_len != k_len (rows are queries, columns keys)",
+                lambda call: call.args[0].shape[-2] != call.args[1].shape[-2]),
+           Rule("a batch axis in front: transpose only the last two axes of keys", lambda call: call.args[0].ndim > 2)),
     mistakes=(
         Mistake("keys_times_queries", "it computes keys @ queries^T, so rows are keys; the row of query i "
                 "must hold its scores against every key: queries @ keys^T",
@@ -135,6 +147,9 @@ SOFT_LOOKUP = Spec(
     function="soft_lookup",
     inputs=_scores_and_values,
     reference=ref.soft_lookup,
+    rules=(Rule("q_len != k_len != d_v, with a batch axis: each query's weights over the keys (last axis)",
+                lambda call: len({*call.args[0].shape, call.args[1].shape[-1]}) == 4),),
+    equivalent=(("L3 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("output", "weights"),
     order=(1, 0),  # the output follows from the weights: judge the weights first
     mistakes=(
@@ -154,10 +169,11 @@ SOFT_LOOKUP = Spec(
                 lambda s, v: (np.broadcast_to(v.mean(axis=-2, keepdims=True), (*s.shape[:-1], v.shape[-1])),
                               stable_softmax(s))),
     ),
-    hints=(
+    errors=(keepdims_rule("soft_lookup", _weighted(no_keepdims_sum)),),
+    hints=softmax_axis_hints(lambda softmax: _weighted(lambda s: np.asarray(softmax(s))), part=1, other=False) + (
         Hint("each query's weights over the keys should be positive and sum to 1",
              lambda w, call: not np.allclose(w.sum(axis=-1), 1.0, atol=1e-4) or bool(np.any(w < 0)),
-             example=_weighted(lambda s: np.exp(s) / np.exp(s).sum()), part=1),
+             example=_weighted(lambda s: np.exp(s) / np.exp(s).sum(axis=-1, keepdims=True).max()), part=1),
     ),
 )
 

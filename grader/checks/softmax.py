@@ -17,10 +17,12 @@ import warnings
 
 import numpy as np
 
-from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Spec, _equal,
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Probe, Raises, Rule, Spec, _equal,
                     catalogued, judge_case)
 from ._probes import sums_to_one
+from ._softmax_kinds import KEEPDIMS_ERROR
 from .reference import softmax as ref
+from .masking import POSITIVE_FILL, finite_fill_hints, sunk
 from .reference.softmax import stable_softmax
 
 # Tolerances where the scores are around 1000: float32 spacing there is 6e-5, and a float32
@@ -58,13 +60,17 @@ def _not_a_distribution(w: np.ndarray, axis: int) -> bool:
 
 def _errors(name: str, examples: dict) -> tuple[Raises, ...]:
     """The raised-error rules shared by the three exercises, for those with an example."""
-    masks = (", and the mask must broadcast against the scores (np.where(mask, scores, -np.inf))"
-             if name == "scaled_dot_product_attention" else "")
     inner = ("" if name == "stable_softmax" else
              " (in this function, or in your stable_softmax if it calls it: fix that one first)")
     rules = {
-        "broadcast": (r"broadcast", f"{name} raised {{error}}. A max or sum over an axis must keep that "
-                      f"axis (keepdims=True) to broadcast back against its input{inner}{masks}"),
+        "keepdims": (KEEPDIMS_ERROR, f"{name} raised {{error}}. A max or sum over an axis must keep that "
+                     f"axis (keepdims=True) to broadcast back against its input{inner}"),
+        "broadcast": (r"broadcast", f"{name} raised {{error}}. " + (
+            "The mask must broadcast against the scores (batch, heads, q_len, k_len) as it is given: "
+            "np.where(mask, scores, -np.inf), without reshaping or squeezing it"
+            if name == "scaled_dot_product_attention" else
+            f"A max or sum over an axis must keep that axis (keepdims=True) to broadcast back against its "
+            f"input{inner}")),
         "transpose": (r"axes don't match array", f"{name} raised {{error}}: numpy's a.transpose(-2, -1) is "
                       "not PyTorch's. Swap the last two axes with np.swapaxes(key, -1, -2) (or "
                       "key.swapaxes(-1, -2), which numpy arrays and torch tensors both have)"),
@@ -176,6 +182,13 @@ STABLE_SOFTMAX = Spec(
     function="stable_softmax",
     inputs=_softmax_inputs,
     reference=ref.stable_softmax,
+    rules=(Rule("the default axis (-1), on 4-D input with every size distinct",
+                lambda call: "axis" not in call.kwargs and len(set(call.args[0].shape)) == 4),
+           Rule("an axis given, not the last", lambda call: _axis(call) != call.args[0].ndim - 1),
+           Rule("-inf entries get weight exactly 0", lambda call: bool(np.isneginf(call.args[0]).any())),
+           Rule("scores around 1000: no overflow", lambda call: bool(np.min(call.args[0]) > 900)),
+           Rule("slices at very different heights: the maximum of each slice",
+                lambda call: float(np.ptp(np.max(call.args[0], axis=_axis(call)))) > 1000)),
     judge=_judge_softmax,
     by_call=True,
     mistakes=(
@@ -186,6 +199,12 @@ STABLE_SOFTMAX = Spec(
                 lambda x, axis=-1: x / x.sum(axis=axis, keepdims=True)),
         Mistake("no_division", "it returns exp(x - max) without dividing by the sum along the axis",
                 lambda x, axis=-1: np.exp(x - x.max(axis=axis, keepdims=True))),
+        Mistake("no_exp_shifted", "it divides the shifted scores x - max by their sum without exponentiating: "
+                "softmax is exp(x - max) / sum(exp(x - max))",
+                lambda x, axis=-1: (lambda d: d / d.sum(axis=axis, keepdims=True))(x - x.max(axis=axis, keepdims=True))),
+        Mistake("base_2", "it exponentiates in base 2 (2 ** x or np.exp2); softmax uses e ** x, np.exp",
+                lambda x, axis=-1: (lambda e: e / e.sum(axis=axis, keepdims=True))(
+                    np.exp2(x - x.max(axis=axis, keepdims=True)))),
         Mistake("log_softmax", "it returns log-probabilities (a log-softmax); exponentiate them",
                 lambda x, axis=-1: (lambda s: s - np.log(np.exp(s).sum(axis=axis, keepdims=True)))(
                     x - x.max(axis=axis, keepdims=True))),
@@ -279,6 +298,13 @@ SOFTMAX_WITH_TEMPERATURE = Spec(
     depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_temperature_inputs,
     reference=ref.softmax_with_temperature,
+    rules=(Rule("a temperature below 1", lambda call: 0 < call.args[1] < 1 and not _large(call)),
+           Rule("a temperature above 1", lambda call: call.args[1] > 1),
+           Rule("scores / T around 1000: no overflow", lambda call: call.args[1] > 0 and _large(call)),
+           Rule("T = 0 raises ValueError", lambda call: call.args[1] == 0 and call.raises == "ValueError"),
+           Rule("T < 0 raises ValueError", lambda call: call.args[1] < 0 and call.raises == "ValueError")),
+    equivalent=(("L9 stable_softmax(scores / temperature, axis=-1) -> stable_softmax(scores / temperature)",
+                 "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     judge=_judge_temperature,
     by_call=True,
     mistakes=(
@@ -354,6 +380,17 @@ def _attention_inputs(rng: np.random.Generator) -> list[Call]:
     q, k, v = qkv((2, 3), 4, 5)
     q[..., 0] = k[..., 0] = np.sqrt(1000.0 * np.sqrt(6))
     ask(q, k, v, None, "keyword", ", scaled scores around 1000")
+    # 6. A padding mask with rows of scores far below 0 (masking.sunk): a finite fill above some
+    #    real scores (-1e4, GPT-2's masked_bias) gives the masked keys the weight there. The scores
+    #    of dimension 0 are q_0 k_0 / sqrt(d_k) = level * factor in the sunk rows, 0 in the others.
+    q, k, v = qkv((2, 3), 4, 5)
+    padding = np.arange(5) < rng.permutation([2, 3, 4])[:2, None]
+    levels, factors = sunk(rng, (2, 3, 4, 5), padding)
+    down = ~np.isnan(levels)
+    q[down] = 0.0
+    q[..., 0] = np.where(down, levels * np.sqrt(6), 0.0)
+    k[..., 0] = factors[:, None, :]
+    ask(q, k, v, padding[:, None, None, :], "positional", ", padding mask (2, 1, 1, 5), some rows of scores far below 0")
     return calls
 
 
@@ -393,6 +430,25 @@ def _attention(divisor=None, fill=-np.inf, axis=-1, after=None, invert=False, us
     return scaled_dot_product_attention
 
 
+def _nan_in_masked_rows(case: Case) -> bool:
+    """On every masked call the weights are NaN in exactly the rows that mask a key, and some
+    row masks none (so a row's NaN follows its mask, not the whole call): a fill of +inf."""
+    seen = False
+    for call, answer in [(case.call, case.answer), *((c, a) for _, c, a in case.others)]:
+        mask = _mask_of(call)
+        weights = answer[1] if isinstance(answer, tuple) and len(answer) == 2 else None
+        if mask is None or not isinstance(weights, np.ndarray):
+            continue
+        try:
+            masks_a_key = np.any(~np.broadcast_to(mask, weights.shape), axis=-1)
+        except ValueError:  # (weights of a wrong shape: not this kind)
+            return False
+        if not np.array_equal(np.isnan(weights.astype(np.float64)).any(axis=-1), masks_a_key):
+            return False
+        seen = seen or not masks_a_key.all()
+    return seen
+
+
 def _judge_attention(case: Case) -> None:
     """Swapped or NaN answers by their shapes and rows, then each part (the weights first)
     against the same part of every catalogued mistake, then the default judgement."""
@@ -411,8 +467,11 @@ def _judge_attention(case: Case) -> None:
                 raise CheckFailed(f"the weights of {what} are NaN in rows where every key may be attended "
                                   "to, as if every key were masked: the mask is inverted. True means the "
                                   "query may attend to the key; fill the scores where the mask is False")
+            if _nan_in_masked_rows(case):
+                raise CheckFailed(f"the weights of {what} are NaN in exactly the rows that mask a key: {POSITIVE_FILL}")
             raise CheckFailed(f"the weights of {what} contain NaN or infinity. Multiplying -inf by 0 (as in "
-                              "scores * mask + (~mask) * -inf) gives NaN: use np.where(mask, scores, -np.inf)")
+                              "scores * mask + (~mask) * -inf) gives NaN, and so does a fill of +inf (exp(inf - "
+                              "inf)): use np.where(mask, scores, -np.inf)")
         tol = (LARGE_RTOL, LARGE_ATOL) if _large(case.call) else (RTOL, ATOL)
         if not _equal(answer, case.expected, *tol):
             found = catalogued(case, answer)  # the whole answer first: one mistake, or two knobs at once
@@ -430,6 +489,16 @@ def _judge_attention(case: Case) -> None:
                                   "the keys; average the values (weights @ value)")
             break
     _judge_loosely_when_large(case)
+
+
+def _scores_and_keep(call: Call) -> tuple[np.ndarray, np.ndarray] | None:
+    """The call's scaled scores and its mask broadcast to them (None without a mask)."""
+    mask = _mask_of(call)
+    if mask is None:
+        return None
+    q, k = call.args[:2]
+    scores = q @ _swap(k) / math.sqrt(q.shape[-1])
+    return scores, np.broadcast_to(mask, scores.shape)
 
 
 def _masked_keys_get_weight(w: np.ndarray, call: Call) -> bool:
@@ -525,6 +594,20 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
     depends=("softmax-stable_softmax",),  # its solution calls them
     inputs=_attention_inputs,
     reference=ref.scaled_dot_product_attention,
+    rules=(Rule("no mask, batch, heads, q_len, k_len, d_k and d_v distinct",
+                lambda call: _mask_of(call) is None and len({*call.args[0].shape, call.args[1].shape[-2],
+                                                             call.args[2].shape[-1]}) == 6),
+           Rule("a padding mask (batch, 1, 1, k_len) that broadcasts", lambda call: _mask_of(call) is not None
+                and _mask_of(call).shape[1:3] == (1, 1)),
+           Rule("a causal mask (q_len, k_len) without batch or heads axes",
+                lambda call: _mask_of(call) is not None and _mask_of(call).ndim == 2),
+           Rule("no heads axis, a mask of the scores' full shape", lambda call: call.args[0].ndim == 3
+                and _mask_of(call) is not None and _mask_of(call).shape == call.args[0].shape[:-1] + (
+                    call.args[1].shape[-2],)),
+           Rule("scaled scores around 1000: no overflow", lambda call: _mask_of(call) is None and _large(call)),
+           Rule("rows of scores far below 0, masked: a finite fill above them is not enough",
+                lambda call: _mask_of(call) is not None and _scores_and_keep(call)[0].min() < -1e8)),
+    equivalent=(("L8 stable_softmax(scores, axis=-1) -> stable_softmax(scores)", "stable_softmax's axis defaults to -1, the axis the reference passes"),),
     parts=("output", "weights"),
     order=(1, 0),  # the output follows from the weights: judge the weights first
     judge=_judge_attention,
@@ -552,6 +635,12 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(q.shape[-2]))),
         Mistake("sqrt_k_len", "it divides the scores by sqrt(k_len = 5); d_k is the last axis of query and key "
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(k.shape[-2]))),
+        Mistake("sqrt_shape_1", "it divides the scores by the square root of query.shape[1] (the heads of a 4-D "
+                "query, the queries of a 3-D one), which is d_k only for a 2-D query; d_k is the last axis: "
+                "query.shape[-1]", _attention(divisor=lambda q, k, v: math.sqrt(q.shape[1]))),
+        Mistake("sqrt_shape_0", "it divides the scores by the square root of query.shape[0] (the batch); d_k is "
+                "the last axis: query.shape[-1]",
+                _attention(divisor=lambda q, k, v: math.sqrt(q.shape[0]))),
         Mistake("sqrt_d_v", "it divides the scores by sqrt(d_v = 7); d_k is the last axis of query and key "
                 "(query.shape[-1])", _attention(divisor=lambda q, k, v: math.sqrt(v.shape[-1]))),
         Mistake("sqrt_d_model", "it divides the scores by sqrt(d_model = h * d_k = 18); d_k is the last axis of "
@@ -573,17 +662,20 @@ SCALED_DOT_PRODUCT_ATTENTION = Spec(
             _naive(np.where(True if mask is None else mask, q @ _swap(k) / math.sqrt(q.shape[-1]), -np.inf)))),
         Mistake("inverted_nan", "are NaN in rows where every key may be attended to", _inverts_causal_only),
         Mistake("multiply_fill", "Multiplying -inf by 0", _multiply_fill),
+        Mistake("positive_fill", "are NaN in exactly the rows that mask a key", _attention(fill=np.inf)),
         Mistake("averages_keys", "d_k at the end: it averages the keys", _averages_keys),
     ),
     errors=_errors("scaled_dot_product_attention", {
-        "broadcast": _softmax_without_keepdims_attention,
+        "keepdims": _softmax_without_keepdims_attention,
+        "broadcast": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(
+            q, k, v, None if mask is None else mask.squeeze()),
         "transpose": lambda q, k, v, mask=None: ref.scaled_dot_product_attention(q, np.transpose(k, (-2, -1)), v, mask),
         "bool_subtract": _one_minus_bool,
         "if_mask": _if_mask,
         "matmul": lambda q, k, v, mask=None: q @ np.transpose(k),  # .T reverses every axis
         "bool_index": _bool_index,
     }),
-    hints=(
+    hints=finite_fill_hints(_scores_and_keep, lambda fill: _attention(fill=fill), part=1) + (
         Hint("most of the weight sits on keys the mask forbids: the mask is inverted. True means the query may "
              "attend to the key; fill where the mask is False", _mostly_forbidden,
              example=_attention(invert=True, fill=-3.0), part=1),
