@@ -184,6 +184,16 @@ class MHAMergeTransposed(MHA):
         return self.W_o(out.transpose(2, 3).reshape(batch, length, heads * d_k)), weights  # (d_k, heads) order
 
 
+class BlockMergeTransposed(Block):
+    def __init__(self, d_model, heads, d_ff, dropout=0.0):
+        super().__init__(d_model, heads, d_ff, dropout)
+        self.attn = MHAMergeTransposed(d_model, heads)
+
+    def forward(self, x):
+        x = x + self.attend(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
 def _transformer(decode_memory):
     """A learner's Transformer of notebook 09, with the memory its decoder layers read."""
 
@@ -256,8 +266,10 @@ LOCALISED = {
     "sequence_first": ("encoder-EncoderLayer", LayerSequenceFirst, (
         "self_attn's output differs, though its inputs query, key, value are right",
         "a MultiheadAttention: its constructor's arguments")),
-    "merge_transposed": ("multi_head-MultiHeadAttention", MHAMergeTransposed, (
-        "W_o's input differs", "W_v, W_k and W_q before it are right", "the right numbers in another arrangement")),
+    # (multi_head-MultiHeadAttention catalogues this one; a Block whose attention does it does not)
+    "merge_transposed": ("gpt-Block", BlockMergeTransposed, (
+        "attn.W_o's input differs", "attn.W_v, attn.W_k, attn.W_q and everything before them are right",
+        "the right numbers in another arrangement")),
 }
 
 

@@ -382,10 +382,9 @@ def _swapped_term(wrong: Term, lost: Term, right: Record) -> str:
 
 
 def _is_sublayer(name: str, record: Record) -> bool:
-    """A hooked submodule that holds no other hooked one (a layer of a stack holds some) and is
-    not one of the module's norms (the reference calls it on the residual stream's tensors)."""
-    inner = any(e.name.startswith(f"{name}.") for e in record.events)
-    return bool(name) and not inner and not _normalises(name)
+    """A hooked submodule that is neither a layer of a stack (``layers.0``: its output is the
+    residual stream) nor a norm."""
+    return bool(name) and not name.split(".")[-1].isdigit() and not _normalises(name)
 
 
 def _normalises(name: str) -> bool:

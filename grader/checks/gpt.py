@@ -158,7 +158,7 @@ class _TorchAttentionBlock(ref.Block):
 
 BLOCK = Spec(
     id="gpt-Block",
-    submodules=("attn", "norm1", "norm2", "linear1", "linear2"),
+    submodules=("attn", "attn.W_q", "attn.W_k", "attn.W_v", "attn.W_o", "norm1", "norm2", "linear1", "linear2"),
     rules=(
         Rule("position t attends to positions 0 ... t only", _differs("gpt-Block", _block_variant(mask="none"),
                                                                       "gpt.block", ref.Block)),
