@@ -52,12 +52,6 @@ def dot_variance_summed(q, k):
     return np.sum((dots - dots.mean()) ** 2)
 
 
-def sliding_window_without_self(seq_len, window):
-    """The window's keys before the query, but not the query itself."""
-    i, j = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
-    return (j < i) & (j > i - window)
-
-
 def softmax_reversed(x, axis=-1):
     """The weights written back in reversed order (a [::-1] left from a test)."""
     return np.flip(_softmax(x, axis), axis=-1)
@@ -102,8 +96,6 @@ RELATED = [
      ("every value is the right one divided by a.shape[-1], on every graded call", "a mean where a sum is asked")),
     ("scaling-dot_variance", dot_variance_summed,
      ("every value is the right one multiplied by q.shape[-2], on every graded call", "a sum where a mean is asked")),
-    ("efficient_attention-sliding_window_mask", sliding_window_without_self,
-     ("it is right except on the diagonal (where a key is its own query), where every value differs",)),
     ("efficient_attention-kv_cache_bytes", cache_bytes_without_kv_heads,
      ("every value is the right one divided by kv_heads, on every graded call",)),
     ("softmax-stable_softmax", softmax_reversed, ("it is the right answer in reversed order along the last axis",)),
@@ -163,6 +155,9 @@ def test_each_relation_is_named_only_when_it_holds_on_every_call():
     assert "right except the first position along the second-to-last axis" in said(
         lambda w, k: np.concatenate([w[..., :1, :] * 0, w[..., 1:, :]], axis=-2))
     assert "plus a constant along the last axis" in said(lambda w, k: w - w.max(axis=-1, keepdims=True))
+    square = [rng.normal(size=(2, 5, 5)), rng.normal(size=(3, 4, 4))]
+    diagonal = [relations.Pair(w + 0.5 * np.eye(w.shape[-1]), w, ()) for w in square]
+    assert "right except on the diagonal" in relations.describe(diagonal, 0, names)
     weights = [_softmax(w) for w in wants]
     wrong_axis = [relations.Pair(_softmax(w, axis=-2), s, ()) for w, s in zip(wants, weights)]
     assert "normalised (a softmax?) over the wrong axis" in relations.describe(wrong_axis, 0, names)
@@ -241,3 +236,21 @@ def test_an_argument_that_tells_the_right_calls_from_the_wrong_ones_is_named():
              for w, causal in zip(wants, (True, False, True, False))]
     said = relations.right_on(pairs, ["x"])
     assert said == "; it is wrong exactly on the graded calls where causal is True, right on the others", said
+
+
+def test_a_not_implemented_error_of_a_library_is_explained_not_taken_for_the_stub():
+    """Only the stub's bare NotImplementedError() means "not answered yet"; one a library raises
+    for an operation it lacks (with a message) is the learner's error."""
+    from grader.checks import CheckFailed, check
+
+    def stub(a, b):
+        raise NotImplementedError()
+
+    def unsupported(a, b):
+        raise NotImplementedError("the derivative for 'einsum' is not implemented")
+
+    with pytest.raises(CheckFailed, match="not answered yet"):
+        check("similarity-dot_product", stub)
+    with pytest.raises(CheckFailed) as failure:
+        check("similarity-dot_product", unsupported)
+    assert "not answered yet" not in str(failure.value) and "is not implemented" in str(failure.value)

@@ -484,13 +484,20 @@ def _equal(a: object, b: object, rtol: float, atol: float, nan: bool = False) ->
 NOT_ANSWERED = "NotImplementedError"
 
 
+def not_answered(answer: object) -> bool:
+    """The stub's own ``raise NotImplementedError()``, untouched: the bare exception, with no
+    message (a NotImplementedError that torch or numpy raise, for an operation they lack,
+    carries one, and is the learner's error to be explained)."""
+    return isinstance(answer, Raised) and answer.message == NOT_ANSWERED
+
+
 def _explain_raised(case: Case) -> None:
     """A raised error or non-data answer, named once for every exercise: the first of the
     spec's rules that applies to the error (on any call), else ``<name> raised <error>``,
     where the name is the call (``Spec.by_call``) or the function. Returns for data."""
     answer, spec = case.answer, case.spec
     name = case.called if spec.by_call else spec.function
-    if isinstance(answer, Raised) and not answer.message.startswith(NOT_ANSWERED):
+    if isinstance(answer, Raised) and not not_answered(answer):
         message = answer.message.rstrip(".")
         for rule in spec.errors:
             if re.search(rule.match, message) and (rule.when is None or rule.when(case.call)):
@@ -912,7 +919,7 @@ def verdict(exercise_id: str, seed: int, answers: Sequence[object] | None) -> st
     if answers is None:
         return "no answer reached the grader: the test cell did not finish"
     graded = answers[:len(calls)]
-    if graded and all(isinstance(a, Raised) and a.message.startswith(NOT_ANSWERED) for a in graded):
+    if graded and all(not_answered(a) for a in graded):
         return f"{spec.function}: not answered yet, it still raises NotImplementedError"
     if len(answers) != len(calls) + len(probing):
         return f"the grader asked {len(calls) + len(probing)} questions and received {len(answers)} answers"
@@ -977,7 +984,7 @@ def check(exercise_id: str, fn: object) -> None:
 def value(answer: object, name: str) -> object:
     """The answer as data, or a diagnosis when the function raised or returned non-data."""
     if isinstance(answer, Raised):
-        if answer.message.startswith(NOT_ANSWERED):
+        if not_answered(answer):
             raise CheckFailed(f"{name}: not answered yet, it still raises NotImplementedError")
         raise CheckFailed(f"{name} raised {answer.message.rstrip('.')}")
     if isinstance(answer, Unsupported) and answer.kind == "a NoneType":

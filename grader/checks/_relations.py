@@ -274,7 +274,9 @@ def _offset(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         return None  # (a number is any other plus a constant)
     if all(np.ptp(p.got - p.want) <= ATOL + RTOL * np.max(np.abs(p.want)) for p in usable):
         return f"every value is the right one plus the same constant{EVERY}: a term is added or dropped"
-    if judged.want.ndim >= 1:
+    tolerance = [ATOL + RTOL * np.max(np.abs(p.want)) for p in usable]
+    if judged.want.ndim >= 1 and all(np.all(np.abs(p.got - p.want) > t) for p, t in zip(usable, tolerance)):
+        # (every value moved: a difference at some positions only is a pattern of positions)
         for k in range(1, judged.want.ndim + 1):
             if judged.want.shape[-k] > 1 and all(p.want.ndim >= k and np.all(np.ptp(p.got - p.want, axis=-k) <= ATOL + RTOL * np.max(np.abs(p.want)))
                    for p in usable):
