@@ -248,6 +248,46 @@ class ExplicitLayer(nn.Module):
         return self.norm2(x + self._ff(x))
 
 
+def make_unrolled(wire: str):
+    """A learner's written-out layer (ExplicitLayer's sublayers) with one wire crossed: a norm used
+    for both sublayers, the FFN's residual or input taken from the layer's input, or a norm on
+    both sides of each sublayer."""
+
+    class Unrolled(ExplicitLayer):
+        def forward(self, x, padding_mask=None):
+            n1, n2 = (self.norm1, self.norm1) if wire == "norm1_twice" else (self.norm1, self.norm2)
+            if wire == "sandwich":
+                h = n1(x + self._sa(n1(x), padding_mask))
+                return n2(h + self._ff(n2(h)))
+            if self.norm_first:
+                h = x + self._sa(n1(x), padding_mask)
+                if wire == "residual_from_x":
+                    return x + self._ff(n2(h))
+                if wire == "ffn_on_x":
+                    return h + self._ff(n2(x))
+                return h + self._ff(n2(h))
+            h = n1(x + self._sa(x, padding_mask))
+            if wire == "residual_from_x":
+                return n2(x + self._ff(h))
+            if wire == "ffn_on_x":
+                return n2(h + self._ff(x))
+            return n2(h + self._ff(h))
+
+    return Unrolled
+
+
+class SharedNorm(ExplicitLayer):
+    """A learner who builds one LayerNorm and uses it twice (norm2 is built but never used)."""
+
+    def forward(self, x, padding_mask=None):
+        norm = self.norm2
+        if self.norm_first:
+            x = x + self._sa(norm(x), padding_mask)
+            return x + self._ff(norm(x))
+        x = norm(x + self._sa(x, padding_mask))
+        return norm(x + self._ff(x))
+
+
 class NotAModule:
     def __init__(self, *args, **kwargs):
         pass
@@ -341,6 +381,8 @@ MISTAKES = {
         (_connection("no_norm"), "the norm is skipped"),
         (_connection("alone"), "it returns sublayer(x) alone"),
         (_connection("identity"), "the sublayer is never applied"),
+        (lambda x, sublayer, norm, norm_first=False: norm(x + sublayer(norm(x))),
+         "each sublayer is normalized twice, before the sublayer and after the residual"),
         (_connection(default=True), "norm_first defaults to False"),
         (_connection_no_default, "norm_first has a default, False"),
         (stub, "not answered yet"),
@@ -354,6 +396,12 @@ MISTAKES = {
         (make_layer(norms="swapped"), "norm1 and norm2 are swapped"),
         (make_layer(residual="normed"), "the residual is added to the normalized input"),
         (make_layer(residual="none"), "there is no residual connection around the sublayers"),
+        (make_unrolled("norm1_twice"), "norm1 is used for the self-attention sublayer and the feed-forward "
+                                       "sublayer (norm2 never)"),
+        (SharedNorm, "norm2 is used for the self-attention sublayer and the feed-forward sublayer (norm1 never)"),
+        (make_unrolled("residual_from_x"), "the feed-forward sublayer's residual adds back the layer's input x"),
+        (make_unrolled("ffn_on_x"), "the feed-forward sublayer is given the layer's input x"),
+        (make_unrolled("sandwich"), "each sublayer is normalized twice, before the sublayer and after the residual"),
         (make_layer(take_output=False), "take the output, self.self_attn(x, x, x, ...)[0]"),
         (make_layer(relu=None), "miss a `return`? Fix that one first"),
         (make_layer(names="attn"), "has no parameter self_attn.in_proj_weight: create it in __init__ as "
@@ -386,7 +434,7 @@ VARIANTS = {
                            _ln_std_squared],
     "encoder-feed_forward": [_ffn, _ffn_functional, _ffn_einsum_float32, _ffn_modules],
     "encoder-sublayer_connection": [_connection(), _connection_residual_variable, _connection_float64],
-    "encoder-EncoderLayer": [make_layer(), TorchLayer, ExplicitLayer],
+    "encoder-EncoderLayer": [make_layer(), TorchLayer, ExplicitLayer, make_unrolled("right")],
     "encoder-Encoder": [make_encoder(), make_encoder(buffer="persistent", scale="pow"),
                         make_encoder(buffer="none", layer=ExplicitLayer),
                         make_encoder(layer=make_layer())],

@@ -26,7 +26,8 @@ from coursekit.drivers.decoder import LAYER_PARAMS
 
 from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Spec, _equal, catalogued, judge_case,
                     to_array, value)
-from .encoder import _connection, _constant_sublayers, _no_residual, _outside, _sqrt, _sublayer_knobs
+from .encoder import (SANDWICH, _chain, _connection, _constant_sublayers, _no_residual, _outside, _reused_norm, _sqrt,
+                      _sublayer_knobs)
 from .reference import decoder as ref
 from .reference import encoder as ref_encoder
 
@@ -363,11 +364,58 @@ def _layer_variant(**connections):
     return _decoder_layer(forward=forward)
 
 
+def _decoder_wired(normed_memory=False, **crossed):
+    """A layer whose sublayers are chained with crossed wires (encoder._chain's keywords), or
+    (``normed_memory``) whose pre-norm cross-attention normalizes the memory too."""
+
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        mask, ignored = self.self_mask(tgt_mask), self.memory_ignored(memory_padding_mask)
+        keys = self.norm2(memory) if normed_memory and self.norm_first else memory
+        sublayers = (lambda x: self.attend(x, mask), lambda x: self.cross(x, keys, ignored), self.ffn)
+        return _chain(y, sublayers, self.norms(), self.norm_first, **crossed)
+
+    return _decoder_layer(forward=forward)
+
+
+_DECODER_ROLES = {"norm1": "the masked self-attention sublayer", "norm2": "the cross-attention sublayer",
+                  "norm3": "the feed-forward sublayer"}
+# Wires a learner crosses in the decoder layer (issue 33): norms reused, residuals and inputs taken
+# from the layer's input y, the memory normalized with the queries.
+_DECODER_WIRING = (
+    *(Mistake(name, diagnosis, _decoder_layer(norms=norms)) for name, diagnosis, norms in
+      (_reused_norm(pattern, _DECODER_ROLES) for pattern in (("norm1", "norm1", "norm1"), ("norm1", "norm2", "norm2"),
+                                                            ("norm1", "norm1", "norm3")))),
+    Mistake("residual_from_input", "the cross-attention and feed-forward sublayers add back the layer's input y, not "
+            "their own input: each residual adds back the tensor its sublayer was given (the previous sublayer's "
+            "output)", _decoder_wired(residual_from=(1, 2))),
+    Mistake("ffn_residual_from_input", "the feed-forward sublayer's residual adds back the layer's input y, not its "
+            "own input (the cross-attention sublayer's output): each residual adds back the tensor its sublayer was "
+            "given", _decoder_wired(residual_from=(2,))),
+    Mistake("cross_given_input", "the cross-attention's queries come from the layer's input y, not from the masked "
+            "self-attention sublayer's output: the sublayers run one after the other, each on the previous one's "
+            "output", _decoder_wired(reads=(1,))),
+    Mistake("memory_normed", "with norm_first=True it normalizes the memory too (norm2(memory)): pre-norm normalizes "
+            "the sublayer's input x only, the queries; the keys and values are the encoder's memory as it is",
+            _decoder_wired(normed_memory=True)),
+    Mistake("sandwich", SANDWICH, _decoder_wired(sandwich=True)),
+)
+
+
 def _layer_raised(signature: str) -> tuple[Raises, ...]:
     """The raised-error rules of a decoder module; ``signature`` is how the grader calls it."""
     return (
         Raises("{what}: the grader could not load torch's weights into your module: {error}",
                example=_decoder_layer(__init__=_renamed_init), match="has no attribute|has no .*it should be|has shape"),
+        # (each attention given the other's mask: the shapes say which, a square mask where the
+        # cross-attention wants (tgt_len, src_len), a source-length padding mask on the targets)
+        Raises("{what} raised {error}. The cross-attention (multihead_attn) got a square (tgt_len, tgt_len) mask, the "
+               "self-attention's: tgt_mask belongs to self_attn only; the cross-attention's mask is the memory's "
+               "padding, key_padding_mask=~memory_padding_mask", example=_CrossGetsTargetMask,
+               match=r"attn_mask is torch\.Size\(\[(?:\d+, )?(\d+), \1\]\), but should be \((?:\d+, )?\1, (?!\1\))"),
+        Raises("{what} raised {error}. The self-attention got the memory's padding mask, one entry per SOURCE "
+               "position: key_padding_mask=~memory_padding_mask belongs to the cross-attention (multihead_attn); "
+               "the self-attention's mask is attn_mask=torch_attn_mask(tgt_mask, heads)",
+               example=_SelfGetsMemoryMask, match=r"key_padded_mask\.shape\[1\] to be (\d+), but got (?!\1\b)"),
         Raises("{what} raised {error}. torch wants a 3-D attn_mask of shape (batch * heads, tgt_len, tgt_len), True = "
                "ignore: pass torch_attn_mask(tgt_mask, heads), the helper that converts a course mask of any shape",
                example=_decoder_layer(self_mask=lambda self, m: None if m is None else ~m),
@@ -380,6 +428,26 @@ def _layer_raised(signature: str) -> tuple[Raises, ...]:
                match="returns a tuple|returns a list"),
         Raises("{what} raised {error}: " + signature, example=_OldNames, match="unexpected keyword argument"),
     )
+
+
+class _CrossGetsTargetMask(ref.DecoderLayer):
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        self.wrong = self.self_mask(tgt_mask)
+        return super().forward(y, memory, tgt_mask, memory_padding_mask)
+
+    def cross(self, x, memory, ignored):
+        return self.dropout(self.multihead_attn(x, memory, memory, attn_mask=self.wrong, key_padding_mask=ignored,
+                                                need_weights=False)[0])
+
+
+class _SelfGetsMemoryMask(ref.DecoderLayer):
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        self.wrong = self.memory_ignored(memory_padding_mask)
+        return super().forward(y, memory, tgt_mask, memory_padding_mask)
+
+    def attend(self, x, mask):
+        return self.dropout(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=self.wrong,
+                                           need_weights=False)[0])
 
 
 def _renamed_init(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
@@ -452,6 +520,7 @@ DECODER_LAYER = Spec(
         Mistake("memory_mask_inverted", "memory_padding_mask is used the wrong way round: it is True at real tokens, "
                 "torch's key_padding_mask is True at padding, so pass ~memory_padding_mask",
                 _decoder_layer(memory_ignored=lambda self, m: m)),
+        *_DECODER_WIRING,
     ),
     variant=_layer_variant,
     knobs=_sublayer_knobs({"self": ("masked self-attention", "norm1", "attention"),
@@ -610,10 +679,10 @@ DECODER = Spec(
                 "(decoder_self_mask(tgt_in, self.pad_id))",
                 _decoder(mask=lambda self, t: ref.decoder_self_mask(t, 0))),
     ),
-    errors=tuple(replace(rule, example=_decoder(layer=rule.example) if i != 3 else _TupleDecoder)
-                 for i, rule in enumerate(_layer_raised(
+    errors=tuple(replace(rule, example=_TupleDecoder if "returns a tuple" in rule.match else _decoder(layer=rule.example))
+                 for rule in _layer_raised(
         "the grader calls Decoder(vocab_size, d_model, heads, d_ff, layers, max_len, pad_id, dropout=...) and "
-        "forward(tgt_in, memory, memory_padding_mask=...) with these names"))),
+        "forward(tgt_in, memory, memory_padding_mask=...) with these names")),
     diagnosed=(
         Mistake("dropout_on", "dropout is still on (built with dropout=0.5), in the Decoder or in its DecoderLayers",
                 _decoder(layer=_FunctionalDropout)),

@@ -305,6 +305,12 @@ def _connection_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
+# one wrong arrangement of both norm_first settings: a norm before the sublayer and one after the sum
+SANDWICH = ("each sublayer is normalized twice, before the sublayer and after the residual sum, "
+            "norm(x + sublayer(norm(x))): one norm per sublayer, pre-norm x + sublayer(norm(x)) or post-norm "
+            "norm(x + sublayer(x)) as norm_first says")
+
+
 def _pre_right(post):
     """A connection right in pre-norm and ``post(x, sublayer, norm)`` in post-norm."""
     return lambda x, s, n, norm_first=False: x + s(n(x)) if norm_first else post(x, s, n)
@@ -361,6 +367,7 @@ SUBLAYER_CONNECTION = Spec(
                 _pre_right(_no_norm)),
         Mistake("no_norm", "the norm is skipped: it returns x + sublayer(x); call norm, x + sublayer(norm(x))",
                 _no_norm),
+        Mistake("sandwich", SANDWICH, lambda x, s, n, norm_first=False: n(x + s(n(x)))),
         Mistake("alone", "it returns sublayer(x) alone: no residual and no norm",
                 lambda x, s, n, norm_first=False: s(x)),
         Mistake("identity", "it returns x unchanged: the sublayer is never applied",
@@ -444,6 +451,17 @@ def _connected(connection):
     return _layer(connect=lambda self, x, s, n: connection(x, s, n, self.norm_first))
 
 
+def _wired(**crossed):
+    """A layer whose sublayers are chained with crossed wires (:func:`_chain`'s keywords)."""
+    def forward(self, x, padding_mask=None):
+        ignore = self.ignored(padding_mask)
+        return _chain(x, (lambda t: self.attend(t, ignore), self.ffn), self.norms(), self.norm_first, **crossed)
+    return _layer(forward=forward)
+
+
+_ENCODER_ROLES = {"norm1": "the self-attention sublayer", "norm2": "the feed-forward sublayer"}
+
+
 def _connection(x, sublayer, norm, norm_first, residual="once", normed="once"):
     """sublayer_connection with its residual or its norm "missing", or written inside the
     sublayer as well as around it ("twice": the sublayer adds its own input back, or
@@ -459,6 +477,38 @@ def _connection(x, sublayer, norm, norm_first, residual="once", normed="once"):
         return h if residual == "missing" else x + h
     h = inner(x)
     return around(h if residual == "missing" else x + h)
+
+
+def _chain(x, sublayers, norms, norm_first, *, reads=(), residual_from=(), sandwich=False):
+    """The sublayer connections of a layer, one after the other, with the wires a learner
+    crosses: the sublayers numbered in ``reads`` are given the layer's input instead of the
+    previous sublayer's output, those in ``residual_from`` add back the layer's input instead
+    of their own input; ``sandwich`` normalizes both before the sublayer and after the sum."""
+    y = x
+    for i, (sublayer, norm) in enumerate(zip(sublayers, norms)):
+        given, back = (y if i in reads else x), (y if i in residual_from else x)
+        if sandwich:
+            x = norm(back + sublayer(norm(given)))
+        else:
+            x = back + sublayer(norm(given)) if norm_first else norm(back + sublayer(given))
+    return x
+
+
+def _listed(words: list[str]) -> str:
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _reused_norm(pattern: tuple[str, ...], roles: dict[str, str]) -> tuple[str, str, object]:
+    """(mistake name, diagnosis, ``norms`` method) of a layer that uses one of its norms for two
+    sublayers (``pattern``: the norm each sublayer uses; ``roles``: each norm's sublayer)."""
+    reused = next(n for n in pattern if pattern.count(n) > 1)
+    unused = [n for n in roles if n not in pattern]
+    users = _listed([roles[m] for m, n in zip(roles, pattern) if n == reused])
+    own = ", ".join(f"{n} for {r}" for n, r in roles.items())
+    diagnosis = (f"{reused} is used for {users} ({_listed(unused)} never): one norm object keeps one gamma and "
+                 f"beta, and each sublayer has its own norm: {own}")
+    return "norm_reused_" + "".join(n[-1] for n in pattern), diagnosis, lambda self: tuple(getattr(self, n)
+                                                                                          for n in pattern)
 
 
 _MASKS = {"right": ref.EncoderLayer.ignored, "inverted": lambda self, m: m, "ignored": lambda self, m: None}
@@ -610,6 +660,15 @@ ENCODER_LAYER = Spec(
                 "path carries x itself", _connected(lambda x, s, n, norm_first: _normed(x, s, n))),
         Mistake("outside", "the norm is applied to the sublayer's output before the residual, x + norm(sublayer(x))",
                 _connected(_outside)),
+        *(Mistake(name, diagnosis, _layer(norms=norms)) for name, diagnosis, norms in
+          (_reused_norm(pattern, _ENCODER_ROLES) for pattern in (("norm1", "norm1"), ("norm2", "norm2")))),
+        Mistake("ffn_residual_from_input", "the feed-forward sublayer's residual adds back the layer's input x, not "
+                "its own input (the self-attention sublayer's output): each residual adds back the tensor its "
+                "sublayer was given", _wired(residual_from=(1,))),
+        Mistake("ffn_given_input", "the feed-forward sublayer is given the layer's input x, not the self-attention "
+                "sublayer's output: the sublayers run one after the other, each on the previous one's output",
+                _wired(reads=(1,))),
+        Mistake("sandwich", SANDWICH, _wired(sandwich=True)),
     ),
     # How the residual connections and norms are arranged, whatever a sublayer computes.
     probes=(
