@@ -169,6 +169,26 @@ def _positional_mask(self, src, src_mask):
     return x
 
 
+def _memories(layerwise=False, chained=True):
+    """forward whose decoder layers read the wrong memory: decoder layer i the output of encoder
+    layer i (``layerwise``), or an encoder whose layers each read the embeddings (not ``chained``)."""
+
+    def forward(self, src, tgt_in):
+        src_mask = src != self.pad_id
+        embedded = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[: src.shape[1]])
+        x, outputs = embedded, []
+        for layer in self.encoder_layers:
+            x = layer(x if chained else embedded, src_key_padding_mask=~src_mask)
+            outputs.append(x)
+        y = self.dropout(self.tgt_embed(tgt_in) * math.sqrt(self.d_model) + self.pe[: tgt_in.shape[1]])
+        for i, layer in enumerate(self.decoder_layers):
+            y = layer(y, outputs[i] if layerwise else x, tgt_mask=~ref.causal_mask(tgt_in.shape[1]),
+                      memory_key_padding_mask=~src_mask)
+        return self.generator(y)
+
+    return {"forward": forward}
+
+
 def _forward_apart(self, src, tgt_in):
     """forward right, but decode (which greedy_decode calls) ignores the source padding."""
     src_mask = src != self.pad_id
@@ -269,6 +289,13 @@ TRANSFORMER = Spec(
                 "= real token) to every encoder layer", _variant("no encoder mask", encode=_unmasked_encoder)),
         Mistake("probabilities", "it returns probabilities (a softmax of the logits): return the generator's raw "
                 "logits; the loss applies log_softmax itself", _variant("softmax", **_after(lambda z: z.softmax(-1)))),
+        # (the first model has two layers: a wrong memory shows there)
+        Mistake("memory_per_layer", "decoder layer i reads the output of encoder layer i as its memory; every decoder "
+                "layer's cross-attention reads the encoder's FINAL output, memory = encode(src, src_mask)",
+                _variant("memory per layer", **_memories(layerwise=True))),
+        Mistake("encoder_not_chained", "each encoder layer is applied to the embeddings instead of to the previous "
+                "layer's output (the loop does not carry x forward): x = layer(x, src_key_padding_mask=...)",
+                _variant("encoder not chained", **_memories(chained=False))),
         Mistake("log_probabilities", "it returns log-probabilities: return the generator's raw logits; the loss "
                 "applies log_softmax itself", _variant("log_softmax", **_after(lambda z: z.log_softmax(-1)))),
     ),
@@ -592,8 +619,9 @@ def _greedy_calls(rng: np.random.Generator) -> list[Call]:
 
 def _decoder(stop_at_eos=True, keep_bos=False, early_exit=True, any_stop=False, position=-1, last_only=False,
              encode_each_step=False, bounded=True, write_eos=True, mask=lambda src, pad_id: src != pad_id,
-             pick=lambda logits: logits.argmax(-1), layout=lambda ys: ys):
-    """A greedy_decode with one of the known mistakes switched on (defaults: right)."""
+             pick=lambda logits: logits.argmax(-1), layout=lambda ys: ys, whole=False):
+    """A greedy_decode with one of the known mistakes switched on (defaults: right); ``whole``:
+    the argmax at every position is fed back (the prefix re-predicted), not only the last one's."""
 
     @torch.no_grad()
     def greedy_decode(model, src, bos_id, eos_id, pad_id, max_len):
@@ -606,13 +634,15 @@ def _decoder(stop_at_eos=True, keep_bos=False, early_exit=True, any_stop=False, 
             step += 1
             if encode_each_step:
                 memory = model.encode(src, src_mask)
-            nxt = pick(model.decode(memory, src_mask, ys[:, -1:] if last_only else ys)[:, position])
+            logits = model.decode(memory, src_mask, ys[:, -1:] if last_only else ys)
+            nxt = pick(logits[:, position])
             ended = nxt == eos_id
             if stop_at_eos:
                 nxt = nxt.masked_fill(done, pad_id)
             if not write_eos:
                 nxt = nxt.masked_fill(ended, pad_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
+            prefix = torch.cat([ys[:, :1], pick(logits)[:, :-1]], 1) if whole else ys
+            ys = torch.cat([prefix, nxt[:, None]], 1)
             done |= ended if not write_eos else nxt == eos_id
             if any_stop and done.any():
                 break
@@ -689,6 +719,9 @@ GREEDY_DECODE = Spec(
                 "every step (the decoder attends over all of it)", _decoder(last_only=True)),
         Mistake("drop_eos", "EOS itself is missing from the output: keep the EOS token, then pad_id after it",
                 _decoder(write_eos=False)),
+        Mistake("whole_sequence", "it feeds back the argmax at every position, so each step re-predicts the whole "
+                "sequence and overwrites the pad_id after a finished sentence's EOS: keep the tokens chosen so far and "
+                "append only the argmax at the last position, logits[:, -1].argmax(-1)", _decoder(whole=True)),
     ),
     errors=(
         Raises("{what} raised {error}", example=lambda model, src, bos_id, eos_id, pad_id, max_len: model(src, src)),
