@@ -89,6 +89,17 @@ def _attention_einsum_float64(query, keys, W_q, W_k, v, mask=None, projected_key
     return torch.einsum("bs,bsd->bd", weights, k).float(), weights.float()
 
 
+def _attention_column_scores(query, keys, W_q, W_k, v, mask=None, projected_keys=None, dim=-1):
+    """A learner's scores as a column, (batch, src_len, 1) from @ v[:, None], then a softmax over
+    ``dim`` (None: F.softmax's implicit dim, 0 for a 3-D tensor) and a squeeze."""
+    pk = keys @ W_k.T if projected_keys is None else projected_keys
+    scores = torch.tanh((query @ W_q.T).unsqueeze(1) + pk) @ v[:, None]
+    if mask is not None:
+        scores = scores.masked_fill(~mask[..., None], float("-inf"))
+    weights = (F.softmax(scores) if dim is None else F.softmax(scores, dim=dim)).squeeze(-1)
+    return (weights.unsqueeze(-1) * keys).sum(1), weights
+
+
 def _attention_functional(query, keys, W_q, W_k, v, mask=None, projected_keys=None):  # ignores projected_keys
     scores = F.linear(torch.tanh(F.linear(query, W_q).unsqueeze(1) + F.linear(keys, W_k)), v[None]).squeeze(-1)
     if mask is not None:
@@ -346,6 +357,8 @@ def _accuracy_vectorized(predictions, targets, lengths, bins, eos_id):
 
 MISTAKES = {
     "seq2seq_rnn-additive_attention": [
+        (lambda *a, **k: _attention_column_scores(*a, **k, dim=None), "F.softmax without a dim picks dim=0"),
+        (lambda *a, **k: _attention_column_scores(*a, **k, dim=-1), "the softmax runs over an axis of size 1"),
         (make_attention(dim=0), "the softmax runs over the batch axis"),
         (make_attention(tanh=False), "tanh is missing"),
         (make_attention(use_v=False), "v is missing"),
@@ -394,7 +407,7 @@ MISTAKES = {
 }
 
 VARIANTS = {
-    "seq2seq_rnn-additive_attention": [make_attention(), make_attention(given="ignored"), _attention_einsum_float64,
+    "seq2seq_rnn-additive_attention": [make_attention(), lambda *a, **k: _attention_column_scores(*a, **k, dim=1), make_attention(given="ignored"), _attention_einsum_float64,
                                        _attention_functional, _attention_loop],
     "seq2seq_rnn-Seq2SeqGRU": [make_gru(), PackedGRU, GatherGRU],
     "seq2seq_rnn-accuracy_by_length": [make_accuracy(), _accuracy_torch, _accuracy_vectorized],

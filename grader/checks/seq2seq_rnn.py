@@ -81,7 +81,10 @@ def _attention(*, dim=-1, tanh=True, use_v=True, mask_mode="right", context_from
         if mask is not None and mask_mode in ("right", "inverted", "zero"):
             fill = 0.0 if mask_mode == "zero" else float("-inf")
             scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, fill)
-        weights = torch.softmax(scores, dim=dim) if normalise else torch.exp(scores)
+        if dim == "size_one":  # scores kept as (batch, src_len, 1): the softmax of one number is 1
+            weights = torch.softmax(scores[..., None], dim=-1)[..., 0]
+        else:
+            weights = torch.softmax(scores, dim=dim) if normalise else torch.exp(scores)
         if mask is not None and mask_mode == "after":
             weights = weights * mask
         values = {"keys": keys, "projected": pk}.get(context_from, keys)
@@ -121,7 +124,13 @@ ADDITIVE_ATTENTION = Spec(
     judge=_judge_attention,
     mistakes=(
         Mistake("batch_axis", "the softmax runs over the batch axis: each sentence's weights over its source "
-                "positions must sum to 1, softmax(scores, dim=-1) for scores (batch, src_len)", _attention(dim=0)),
+                "positions must sum to 1, softmax(scores, dim=-1) for scores (batch, src_len). (F.softmax without a "
+                "dim picks dim=0 for a 3-D tensor such as scores of shape (batch, src_len, 1): always give dim)",
+                _attention(dim=0)),
+        Mistake("size_one_axis", "every weight is 1: the softmax runs over an axis of size 1 (scores of shape "
+                "(batch, src_len, 1), from @ v[:, None] or nn.Linear(d_attn, 1)). Squeeze that axis first, then take "
+                "the softmax over the source positions: scores (batch, src_len), softmax(scores, dim=-1)",
+                _attention(dim="size_one")),
         Mistake("no_tanh", "tanh is missing: the score is v . tanh(W_q q + W_k k_j) (Bahdanau et al. 2015, "
                 "Appendix A.1.2); without it the score is linear in the query and the keys", _attention(tanh=False)),
         Mistake("no_v", "v is missing: the scores sum the d_attn entries of tanh(W_q q + W_k k_j); take the dot "
