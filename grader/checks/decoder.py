@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from coursekit.drivers.decoder import LAYER_PARAMS
 
-from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Spec, _equal, catalogued, judge_case,
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Rule, Spec, _equal, catalogued, judge_case,
                     to_array, value)
 from .encoder import (SANDWICH, _chain, _connection, _constant_sublayers, _no_residual, _outside, _reused_norm, _sqrt,
                       _sublayer_knobs)
@@ -62,10 +62,17 @@ def _bos(t, bos_id):
     return torch.full((t.shape[0], 1), bos_id, dtype=t.dtype)
 
 
+_SHIFT_RULES = (
+    Rule("bos_id != 1", lambda call: call.args[1] != 1),
+    Rule("a target of length 1 (BOS alone)", lambda call: call.args[0].shape[1] == 1),
+    Rule("several sentences, batch != length", lambda call: 1 < call.args[0].shape[0] != call.args[0].shape[1]),
+)
+
 SHIFT_RIGHT = Spec(
     id="decoder-shift_right",
     function="shift_right",
     inputs=_shift_inputs,
+    rules=_SHIFT_RULES,
     reference=ref.shift_right,
     driver="tensors",
     prepare=_int_ids,
@@ -144,10 +151,21 @@ def _every(t, p):
     return torch.ones(t.shape[0], 1, t.shape[1], dtype=torch.bool)
 
 
+def _lengths(ids: np.ndarray, pad: int) -> set:
+    return set(np.sum(ids != pad, axis=-1).tolist())
+
+
+_MASK_RULES = (
+    Rule("padding keys in sentences of different lengths", lambda call: len(_lengths(*call.args)) > 1),
+    Rule("pad_id != 0, with real tokens 0", lambda call: call.args[1] != 0 and bool(np.any(call.args[0] == 0))),
+    Rule("batch != tgt_len", lambda call: call.args[0].shape[0] != call.args[0].shape[1]),
+)
+
 DECODER_SELF_MASK = Spec(
     id="decoder-decoder_self_mask",
     function="decoder_self_mask",
     inputs=_mask_inputs,
+    rules=_MASK_RULES,
     reference=ref.decoder_self_mask,
     driver="tensors",
     prepare=_no_heads_axis,
@@ -483,10 +501,29 @@ class _FunctionalDropout(ref.DecoderLayer):
         return F.dropout(self.linear2(torch.relu(self.linear1(x))), 0.5)
 
 
+def _masks(call: Call) -> tuple:
+    """(tgt_mask, memory padding mask) of a layer call."""
+    return call.args[-2], call.args[-1]
+
+
+_LAYER_RULES = (
+    Rule("tgt_len != src_len (the cross-attention's queries and keys)",
+         lambda call: call.args[-4].shape[2] != call.args[-3].shape[2]),
+    Rule("batch, heads, tgt_len and d_model all different",
+         lambda call: len({call.args[-4].shape[1], call.args[1], call.args[-4].shape[2], call.args[0]}) == 4),
+    Rule("a memory padding mask", lambda call: _masks(call)[1] is not None and not np.all(_masks(call)[1])),
+    Rule("a (tgt_len, tgt_len) tgt_mask", lambda call: np.ndim(_masks(call)[0]) == 2),
+    Rule("a (batch, tgt_len, tgt_len) tgt_mask", lambda call: np.ndim(_masks(call)[0]) == 3),
+    Rule("no masks", lambda call: all(m is None for m in _masks(call))),
+    Rule("norm_first=True", lambda call: call.args[4] is True),
+    Rule("norm_first=False", lambda call: call.args[4] is False),
+)
+
 DECODER_LAYER = Spec(
     id="decoder-DecoderLayer",
     function="DecoderLayer",
     inputs=_layer_inputs,
+    rules=_LAYER_RULES,
     reference=ref.DecoderLayer,
     driver="decoder.decoder_layer",
     judge=_layer_judge,
@@ -645,11 +682,20 @@ class _MemoryMaskDropped(ref.Decoder):
         return super().forward(tgt_in, memory)
 
 
+_STACK_RULES = (
+    Rule("padding in the target", lambda call: len(_lengths(call.args[-3][0], call.args[6])) > 1),
+    Rule("padding in the memory", lambda call: not np.all(call.args[-1])),
+    Rule("pad_id != 0, with real tokens 0", lambda call: call.args[6] != 0 and bool(np.any(call.args[-3][0] == 0))),
+    Rule("tgt_len != src_len", lambda call: call.args[-3].shape[2] != call.args[-2].shape[2]),
+    Rule("two layers or more", lambda call: call.args[4] >= 2),
+)
+
 DECODER = Spec(
     id="decoder-Decoder",
     function="Decoder",
     depends=("decoder-DecoderLayer", "decoder-decoder_self_mask"),  # its solution calls them
     inputs=_stack_inputs,
+    rules=_STACK_RULES,
     reference=ref.Decoder,
     driver="decoder.decoder_stack",
     judge=_stack_judge,
@@ -758,10 +804,17 @@ def _changed_first(decoder, tgt_in, memory, position, new_token):
     return (decoder(tgt_in, memory) - decoder(tgt_in, memory)).abs().amax(-1)
 
 
+_INFLUENCE_RULES = (
+    Rule("a decoder that is not causal (the change is measured everywhere)",
+         lambda call: bool(np.any(np.triu(call.args[1], 1)))),
+    Rule("a causal decoder", lambda call: not np.any(np.triu(call.args[1], 1))),
+)
+
 FUTURE_INFLUENCE = Spec(
     id="decoder-future_influence",
     function="future_influence",
     inputs=_influence_inputs,
+    rules=_INFLUENCE_RULES,
     reference=ref.future_influence,
     driver="decoder.influence_probe",
     prepare=_influence_answer,

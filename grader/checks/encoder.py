@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from coursekit.drivers.encoder import LAYER_KEYS
 
-from ._core import Call, CheckFailed, Knob, Mistake, Probe, Raises, Spec, to_array
+from ._core import Call, CheckFailed, Knob, Mistake, Probe, Raises, Rule, Spec, to_array
 from ._probes import activation_shape
 from .reference import encoder as ref
 
@@ -80,10 +80,27 @@ def _eps_outside(x, gamma, beta, eps=1e-5):
     return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, correction=0).sqrt() + eps) * gamma + beta
 
 
+def _eps(call: Call) -> float:
+    return call.kwargs.get("eps", call.args[3] if len(call.args) > 3 else 1e-5)
+
+
+# The docstring's rules: eps (its default, by keyword, by position) inside the root, where a row's
+# variance is near eps; the last axis of an input with more axes than two.
+_LAYER_NORM_RULES = (
+    Rule("the default eps", lambda call: len(call.args) == 3 and not call.kwargs),
+    Rule("eps by keyword", lambda call: "eps" in call.kwargs),
+    Rule("eps by position", lambda call: len(call.args) == 4),
+    Rule("a token whose variance is near eps",
+         lambda call: bool(np.any(np.var(call.args[0], axis=-1) < 100 * _eps(call)))),
+    Rule("more than two axes, normalized over the last",
+         lambda call: np.ndim(call.args[0]) >= 3 and len(set(np.shape(call.args[0]))) == 3),
+)
+
 LAYER_NORM = Spec(
     id="encoder-layer_norm",
     function="layer_norm",
     inputs=_layer_norm_inputs,
+    rules=_LAYER_NORM_RULES,
     reference=ref.layer_norm,
     driver="tensors",
     mistakes=(
@@ -225,10 +242,25 @@ def _activation_region(rng: np.random.Generator) -> list[Call]:
     return [Call((x, eye, zero, eye, zero), what="feed_forward(x, I, 0, I, 0) on a known activation region")]
 
 
+def _hidden(call: Call) -> np.ndarray:
+    x, W1, b1 = call.args[:3]
+    return x @ W1.T + b1
+
+
+# ReLU where the hidden layer has both signs (and beyond 6, where ReLU6 clips); layers on the last axis
+# of any input; d_ff != d_model (nn.Linear's layout shows)
+_FEED_FORWARD_RULES = (
+    Rule("hidden values of both signs", lambda call: bool((_hidden(call) < 0).any() and (_hidden(call) > 0).any())),
+    Rule("hidden values beyond 6", lambda call: bool((_hidden(call) > 6).any())),
+    Rule("more than two axes", lambda call: np.ndim(call.args[0]) >= 3),
+    Rule("d_ff != d_model", lambda call: call.args[1].shape[0] != call.args[1].shape[1]),
+)
+
 FEED_FORWARD = Spec(
     id="encoder-feed_forward",
     function="feed_forward",
     inputs=_feed_forward_inputs,
+    rules=_FEED_FORWARD_RULES,
     reference=ref.feed_forward,
     driver="tensors",
     # The activation and the biases are knobs: each wrong setting is a catalogued mistake, and
@@ -337,10 +369,18 @@ def _outside(x, s, n, norm_first=False):
     return x + n(s(x))
 
 
+# norm_first: True, False, and its default (post-norm)
+_CONNECTION_RULES = (
+    Rule("norm_first=True", lambda call: call.args[-1] is True),
+    Rule("norm_first=False", lambda call: call.args[-1] is False),
+    Rule("norm_first by its default", lambda call: call.args[-1] is None),
+)
+
 SUBLAYER_CONNECTION = Spec(
     id="encoder-sublayer_connection",
     function="sublayer_connection",
     inputs=_connection_inputs,
+    rules=_CONNECTION_RULES,
     reference=ref.sublayer_connection,
     driver="encoder.drive_sublayer_connection",
     # Several mistakes are wrong in one arrangement only, so that the diagnosis names the
@@ -621,11 +661,31 @@ _MODULE_DIAGNOSED = (
             lambda *args: None),
 )
 
+def _layer_sizes(call: Call) -> tuple:
+    """(batch, heads, seq_len, d_model) of a layer call."""
+    x = call.args[-2]
+    return x.shape[0], call.args[1], x.shape[1], call.args[0]
+
+
+def _padded(keep) -> bool:
+    """A padding mask that hides some keys, in sentences of different lengths."""
+    return keep is not None and not np.all(keep) and len(set(np.sum(keep, axis=-1).tolist())) > 1
+
+
+_LAYER_RULES = (
+    Rule("a padding mask (sentences of different lengths)", lambda call: _padded(call.args[-1])),
+    Rule("no padding mask", lambda call: call.args[-1] is None),
+    Rule("norm_first=True", lambda call: call.args[3] is True),
+    Rule("norm_first=False", lambda call: call.args[3] is False),
+    Rule("batch, heads, seq_len and d_model all different", lambda call: len(set(_layer_sizes(call))) == 4),
+)
+
 ENCODER_LAYER = Spec(
     id="encoder-EncoderLayer",
     function="EncoderLayer",
     depends=("encoder-sublayer_connection",),  # its solution calls them
     inputs=_layer_inputs,
+    rules=_LAYER_RULES,
     reference=ref.EncoderLayer,
     driver="encoder.drive_encoder_layer",
     prepare=_two_calls,
@@ -732,11 +792,20 @@ class _SharedLayers(ref.Encoder):
         self.layers = torch.nn.ModuleList([self.layers[0]] * layers)
 
 
+_ENCODER_RULES = (
+    Rule("padding in the source (sentences of different lengths)",
+         lambda call: _padded(call.args[-1] != call.args[6])),
+    Rule("pad_id != 0", lambda call: call.args[6] != 0),
+    Rule("two layers or more", lambda call: call.args[4] >= 2),
+    Rule("seq_len < max_len (the table cut)", lambda call: call.args[-1].shape[1] < call.args[5]),
+)
+
 ENCODER = Spec(
     id="encoder-Encoder",
     function="Encoder",
     depends=("encoder-EncoderLayer",),  # its solution calls them
     inputs=_encoder_inputs,
+    rules=_ENCODER_RULES,
     reference=ref.Encoder,
     driver="encoder.drive_encoder",
     prepare=_two_calls,

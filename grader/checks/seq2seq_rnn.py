@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, _explain_raised, close,
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Rule, Spec, _explain_raised, close,
                     judge_case, to_array, value)
 from .reference import seq2seq_rnn as ref
 
@@ -113,11 +113,27 @@ def _judge_attention(case: Case) -> None:
     judge_case(case)
 
 
+def _sizes(call: Call) -> tuple:
+    """(batch, src_len, d_query, d_key, d_attn) of a call."""
+    query, keys, W_q = call.args[:3]
+    return query.shape[0], keys.shape[1], query.shape[1], keys.shape[2], W_q.shape[0]
+
+
+_ATTENTION_RULES = (
+    Rule("mask=None", lambda call: call.args[5] is None),
+    Rule("a mask hiding positions, every row keeping one", lambda call: call.args[5] is not None
+         and not np.all(call.args[5]) and bool(np.all(np.any(call.args[5], axis=-1)))),
+    Rule("projected_keys given", lambda call: call.kwargs.get("projected_keys") is not None),
+    Rule("d_query != d_key != d_attn", lambda call: len(set(_sizes(call)[2:])) == 3),
+    Rule("batch != src_len", lambda call: _sizes(call)[0] != _sizes(call)[1]),
+)
+
 ADDITIVE_ATTENTION = Spec(
     id="seq2seq_rnn-additive_attention",
     function="additive_attention",
     driver="tensors",
     inputs=_attention_calls,
+    rules=_ATTENTION_RULES,
     reference=ref.additive_attention,
     parts=("context", "weights"),
     order=(1, 0),  # the context follows from the weights: judge the weights first
@@ -339,12 +355,25 @@ class _NoReturn(ref.Seq2SeqGRU):
         super().forward(src, tgt_in)
 
 
+def _source_lengths(call: Call) -> set:
+    return set(np.sum(call.args[-2] != call.args[5], axis=-1).tolist())
+
+
+_MODEL_RULES = (
+    Rule("attention=True", lambda call: call.args[4] is True),
+    Rule("attention=False", lambda call: call.args[4] is False),
+    Rule("sources of different lengths (padding)", lambda call: len(_source_lengths(call)) > 1),
+    Rule("padding in tgt_in", lambda call: bool(np.any(call.args[-1] == call.args[5]))),
+    Rule("pad_id != 0", lambda call: call.args[5] != 0),
+)
+
 SEQ2SEQ_GRU = Spec(
     id="seq2seq_rnn-Seq2SeqGRU",
     function="Seq2SeqGRU",
     depends=("seq2seq_rnn-additive_attention",),  # its solution calls them
     driver="seq2seq_rnn.seq2seq_model",
     inputs=_model_calls,
+    rules=_MODEL_RULES,
     reference=ref.Seq2SeqGRU,
     judge=_judge_gru,
     mistakes=(
@@ -498,10 +527,49 @@ def _divide_by_count(pred, ref, lengths, bins, eos):
     return (np.array([sum(right[i] for i in b) / len(b) for b in inside]), np.array([len(b) for b in inside]))
 
 
+def _bins_of(call: Call) -> tuple:
+    """(lengths, bins) of a call."""
+    return np.asarray(call.args[2]), np.asarray(call.args[3])
+
+
+def _exact_kinds(call: Call) -> set:
+    """What the sentences inside the bins show: "no EOS", "tokens after EOS differ", "late EOS"."""
+    pred, ref_, _, _, eos = call.args
+    lengths, bins = _bins_of(call)
+    kinds = set()
+    for p, r, n in zip(pred.tolist(), ref_.tolist(), lengths):
+        if not bins[0] <= n < bins[-1]:
+            continue
+        r = r[:r.index(eos)] if eos in r else r
+        if eos not in p:
+            kinds.add("no EOS")
+        elif p[:p.index(eos)] == r and any(t != eos for t in p[p.index(eos) + 1:]):
+            kinds.add("tokens after EOS differ")
+        elif p[:len(r)] == r and p.index(eos) > len(r):
+            kinds.add("late EOS")
+    return kinds
+
+
+def _empty_bin(call: Call) -> bool:
+    lengths, bins = _bins_of(call)
+    return any(not np.any((lengths >= lo) & (lengths < hi)) for lo, hi in zip(bins[:-1], bins[1:]))
+
+
+_ACCURACY_RULES = (
+    Rule("an empty bin (NaN, count 0)", _empty_bin),
+    Rule("a length equal to the last edge (outside)", lambda call: bool(np.any(_bins_of(call)[0] == call.args[3][-1]))),
+    Rule("a length equal to an inner edge", lambda call: bool(np.any(np.isin(call.args[2], call.args[3][1:-1])))),
+    Rule("a prediction without EOS", lambda call: "no EOS" in _exact_kinds(call)),
+    Rule("a right prediction with other tokens after its EOS",
+         lambda call: "tokens after EOS differ" in _exact_kinds(call)),
+    Rule("a prediction whose EOS comes late", lambda call: "late EOS" in _exact_kinds(call)),
+)
+
 ACCURACY_BY_LENGTH = Spec(
     id="seq2seq_rnn-accuracy_by_length",
     function="accuracy_by_length",
     inputs=_accuracy_calls,
+    rules=_ACCURACY_RULES,
     reference=ref.accuracy_by_length,
     parts=("accuracy", "counts"),
     order=(1, 0),  # the counts are right, so the bins are: what is left is the exact match or the empty bins

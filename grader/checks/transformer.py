@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Probe, Raised, Raises, Spec, Unsupported, _explain_raised,
-                    close, judge_case, to_array, value)
+from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Probe, Raised, Raises, Rule, Spec, Unsupported,
+                    _explain_raised, close, judge_case, to_array, value)
 from .reference import transformer as ref
 
 DEEP_ATOL = 1e-4  # two-layer stacks in float32
@@ -250,11 +250,29 @@ def _judge_model(case: Case) -> None:
                           "greedy_decode relies on encode and decode")
 
 
+def _config(call: Call) -> dict:
+    return json.loads(call.args[0])
+
+
+def _different_lengths(ids: np.ndarray, pad: int) -> bool:
+    return len(set(np.sum(ids != pad, axis=-1).tolist())) > 1
+
+
+_MODEL_RULES = (
+    Rule("src_len != tgt_len", lambda call: call.args[2].shape[1] != call.args[3].shape[1]),
+    Rule("padding in the source", lambda call: _different_lengths(call.args[2], _config(call)["pad_id"])),
+    Rule("padding in the target", lambda call: _different_lengths(call.args[3], _config(call)["pad_id"])),
+    Rule("pad_id != 0", lambda call: _config(call)["pad_id"] != 0),
+    Rule("two layers", lambda call: _config(call)["layers"] >= 2),
+    Rule("src_vocab != tgt_vocab", lambda call: _config(call)["src_vocab"] != _config(call)["tgt_vocab"]),
+)
+
 TRANSFORMER = Spec(
     id="transformer-Transformer",
     function="Transformer",
     driver="transformer.model",
     inputs=_model_calls,
+    rules=_MODEL_RULES,
     reference=ref.Transformer,
     prepare=_logits,
     judge=_judge_model,
@@ -429,11 +447,28 @@ def _float_target(logits, target, pad_id, smoothing):
     return F.nll_loss(F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1).float(), ignore_index=pad_id)
 
 
+def _real_counts(call: Call) -> list:
+    """The number of non-pad targets of each sentence (one sentence for 1-D targets)."""
+    target = np.atleast_2d(call.args[1])
+    return np.sum(target != call.args[2], axis=-1).tolist()
+
+
+_LOSS_RULES = (
+    Rule("sentences with different numbers of non-pad targets", lambda call: len(set(_real_counts(call))) > 1),
+    Rule("a sentence of one non-pad target", lambda call: 1 in _real_counts(call)),
+    Rule("pad_id != 0", lambda call: call.args[2] != 0),
+    Rule("smoothing 0", lambda call: call.args[3] == 0),
+    Rule("smoothing > 0", lambda call: call.args[3] > 0),
+    Rule("(tokens, V) logits", lambda call: np.ndim(call.args[0]) == 2),
+    Rule("float32 logits", lambda call: call.args[0].dtype == np.float32),
+)
+
 LABEL_SMOOTHED_LOSS = Spec(
     id="transformer-label_smoothed_loss",
     function="label_smoothed_loss",
     driver="tensors",
     inputs=_loss_calls,
+    rules=_LOSS_RULES,
     reference=ref.label_smoothed_loss,
     prepare=_scalar,
     # The choices of the loss are knobs: each wrong setting is a catalogued mistake, and two
@@ -558,10 +593,26 @@ def _asserted_step(step, d_model, warmup, factor=1.0):
     return _noam(step, d_model, warmup, factor)
 
 
+def _steps(call: Call) -> tuple:
+    """(step, warmup) of a call."""
+    return call.args[0], call.args[2]
+
+
+_SCHEDULE_RULES = (
+    Rule("step 1", lambda call: _steps(call)[0] == 1),
+    Rule("1 < step < warmup", lambda call: 1 < _steps(call)[0] < _steps(call)[1]),
+    Rule("step == warmup", lambda call: _steps(call)[0] == _steps(call)[1]),
+    Rule("step > warmup", lambda call: _steps(call)[0] > _steps(call)[1]),
+    Rule("factor by its default", lambda call: len(call.args) == 3 and not call.raises),
+    Rule("factor != 1", lambda call: len(call.args) > 3 and call.args[3] != 1),
+    Rule("step 0 raises ValueError", lambda call: call.raises == "ValueError"),
+)
+
 NOAM_LR = Spec(
     id="transformer-noam_lr",
     function="noam_lr",
     inputs=_schedule_calls,
+    rules=_SCHEDULE_RULES,
     reference=ref.noam_lr,
     prepare=_one_number,
     judge=_judge_schedule,
@@ -696,11 +747,28 @@ LOOP_UNBOUNDED = ("the loop does not stop after max_len steps. Loop for at most 
 NO_STOP = ("it does not stop a sentence at its EOS: every token after a sentence's EOS must be pad_id (keep a "
            "`finished` flag per sentence and write pad_id once it is set)")
 
+def _eos_steps(call: Call) -> list:
+    """The step at which each sentence's plan reaches EOS within max_len (None: never)."""
+    plan, eos, max_len = call.args[0], call.args[3], call.args[5]
+    return [int(np.argmax(row[:max_len] == eos)) if np.any(row[:max_len] == eos) else None for row in plan]
+
+
+_GREEDY_RULES = (
+    Rule("EOS reached at different steps in a batch",
+         lambda call: len({s for s in _eos_steps(call) if s is not None}) > 1),
+    Rule("a sentence without EOS in max_len steps", lambda call: None in _eos_steps(call)),
+    Rule("every sentence finished before max_len",
+         lambda call: None not in _eos_steps(call) and max(_eos_steps(call)) < call.args[5] - 1),
+    Rule("EOS at the first step", lambda call: 0 in _eos_steps(call)),
+    Rule("padding in the source", lambda call: _different_lengths(call.args[1], call.args[4])),
+)
+
 GREEDY_DECODE = Spec(
     id="transformer-greedy_decode",
     function="greedy_decode",
     driver="transformer.greedy",
     inputs=_greedy_calls,
+    rules=_GREEDY_RULES,
     reference=ref.greedy_decode,
     judge=_judge_greedy,
     mistakes=(
@@ -876,11 +944,18 @@ def _stepper(shift="right", zero_grad=True, scheduler="after", train_mode=True, 
     return train_step
 
 
+_TRAINING_RULES = (
+    Rule("several steps with a changing learning rate",
+         lambda call: len(call.args[2]) > 1 and len(set(np.ravel(call.args[4]).tolist())) > 1),
+    Rule("padding in the targets", lambda call: bool(np.any(call.args[3] == json.loads(call.args[0])["pad_id"]))),
+)
+
 TRAIN_STEP = Spec(
     id="transformer-train_step",
     function="train_step",
     driver="transformer.training",
     inputs=_training_calls,
+    rules=_TRAINING_RULES,
     reference=ref.train_step,
     judge=_judge_training,
     mistakes=(
