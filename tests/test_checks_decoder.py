@@ -369,6 +369,8 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "decoder-decoder_self_mask": [
+        (lambda tgt_in, pad_id: torch.tril(torch.ones(tgt_in.shape[1], tgt_in.shape[1])).bool() & (tgt_in != pad_id),
+         "the padding mask (batch, tgt_len) does not broadcast against the causal mask"),
         (lambda t, p: _mask(t, p, diagonal=-1), "the diagonal is masked"),
         (lambda t, p: _mask(t, p, diagonal=1), "one future position is visible (off by one)"),
         (lambda t, p: ~_mask(t, p), "it is inverted"),

@@ -60,6 +60,11 @@ def _ln_std_squared(x, gamma, beta, eps=1e-5):
     return gamma * (centred / std) + beta
 
 
+def _ln_no_keepdim(x, gamma, beta, eps=1e-5):
+    mu, var = x.mean(dim=-1), ((x - x.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1)
+    return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
 def _ln_numpy(x, gamma, beta, eps=1e-5):
     x = np.asarray(x)
     return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * np.asarray(gamma) \
@@ -361,6 +366,7 @@ MISTAKES = {
         (lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, fixed_eps=True), "it ignores the eps argument"),
         (lambda x, g, b: _ln(x, g, b), "the signature is layer_norm(x, gamma, beta, eps=1e-5)"),
         (_ln_numpy, "returns a numpy array for torch tensor inputs"),
+        (_ln_no_keepdim, "the mean and the variance lose their last axis"),
         (stub, "not answered yet"),
     ],
     "encoder-feed_forward": [

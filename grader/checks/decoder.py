@@ -194,6 +194,13 @@ DECODER_SELF_MASK = Spec(
         Mistake("pad_zero", "it hides token 0 instead of pad_id: use the pad_id argument",
                 lambda t, p: ref.decoder_self_mask(t, 0)),
     ),
+    errors=(
+        Raises("decoder_self_mask raised {error}: the padding mask (batch, tgt_len) does not broadcast against the "
+               "causal mask (tgt_len, tgt_len). Give it an axis for the queries, (tgt_in != pad_id)[:, None, :] of "
+               "shape (batch, 1, tgt_len): each key column is hidden for every query",
+               example=lambda t, p: torch.tril(torch.ones(t.shape[1], t.shape[1], dtype=torch.bool)) & (t != p),
+               match="must match the size of tensor"),
+    ),
     diagnosed=(
         Mistake("heads_axis", "without a heads axis", lambda t, p: ref.decoder_self_mask(t, p)[:, None]),
     ),

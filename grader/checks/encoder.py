@@ -134,6 +134,10 @@ LAYER_NORM = Spec(
         _numpy_rule(lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),
         Raises("{what} raised {error}: the signature is layer_norm(x, gamma, beta, eps=1e-5)",
                example=lambda x, g, b: ref.layer_norm(x, g, b), match="unexpected keyword argument 'eps'"),
+        Raises("{what} raised {error}: the mean and the variance lose their last axis, so they do not broadcast "
+               "against x. Keep it: x.mean(dim=-1, keepdim=True), x.var(dim=-1, keepdim=True, correction=0)",
+               example=lambda x, g, b, eps=1e-5: (x - x.mean(-1)) / torch.sqrt(x.var(-1, correction=0) + eps) * g + b,
+               match="must match the size of tensor"),
     ),
     by_call=True,
 )
