@@ -102,6 +102,17 @@ bench: $(STAMP)
 	$(BIN)/python bench/transformer.py
 	$(BIN)/python bench/throughput.py
 
+# Mutation testing of the hidden checks: every mutant of every exercise's reference judged
+# as a learner's submission on the public seed and SEEDS student seeds; prints the score per
+# exercise and the survivors (grader/checks/_mutants.py). EXERCISE=id or TOPIC=name narrows it.
+SEEDS ?= 20
+EXERCISE ?=
+TOPIC ?=
+.PHONY: mutants
+mutants: $(STAMP)
+	$(BIN)/python -m grader.checks._mutants --seeds '$(SEEDS)' --jobs $$(nproc) \
+		$(foreach e,$(EXERCISE),--exercise '$(e)') $(foreach t,$(TOPIC),--topic '$(t)')
+
 # The tamper corpus graded by stock nbgrader and by ours, side by side.
 tamper-report: $(STAMP)
 	$(BIN)/python bench/tamper_vs_stock.py

@@ -154,3 +154,45 @@ def test_a_probe_s_inputs_never_reach_a_diagnosis(exercise, name, implementation
                 shown = {f"{x:.3f}", f"{x:.4g}"}
                 if abs(x - round(x)) > 1e-3:  # (integers are in any text; a drawn value is not)
                     assert not any(text in message for text in shown if "." in text), (x, message)
+
+
+def _seeds(exercise: str) -> list[int]:
+    from grader.checks import public_seed
+
+    return [public_seed(exercise), *STUDENT_SEEDS]
+
+
+@pytest.mark.parametrize("exercise", [s.id for s in _specs()])
+def test_every_rule_of_the_docstring_is_exercised_by_every_seed(exercise):
+    """Inputs that separate: each rule the docstring states (``Spec.rules``) is exercised by some
+    graded call of every seed, so that no student's hidden inputs let a learner ignore it."""
+    spec = get(exercise)
+    assert spec.rules, f"{exercise}: list the docstring's rules (Spec.rules)"
+    for seed in _seeds(exercise):
+        calls = spec.inputs(np.random.default_rng(seed))
+        missed = [rule.name for rule in spec.rules if not any(rule.exercised(call) for call in calls)]
+        assert not missed, f"seed {seed}: no graded call exercises {missed}"
+
+
+@pytest.mark.parametrize("exercise", [s.id for s in _specs()])
+def test_every_two_catalogued_mistakes_differ_on_some_call_of_every_seed(exercise):
+    """A diagnosis is never a coincidence: for every seed, any two catalogued mistakes answer
+    some graded call differently (else one learner's answer would fit both)."""
+    spec = get(exercise)
+    catalogue = spec.catalogue()
+    for seed in _seeds(exercise):
+        calls = spec.inputs(np.random.default_rng(seed))
+        with np.errstate(all="ignore"):
+            answers = {m.name: spec.run(m.implementation, calls) for m in catalogue}
+        alike = [(a.name, b.name) for i, a in enumerate(catalogue) for b in catalogue[i + 1:]
+                 if all(_same_answer(spec, x, y) for x, y in zip(answers[a.name], answers[b.name]))]
+        assert not alike, f"seed {seed}: these catalogued mistakes answer every graded call alike: {alike}"
+
+
+def _same_answer(spec: Spec, a: object, b: object) -> bool:
+    """Two hypotheses' answers to one call cannot be told apart: the same data, or the same error."""
+    from grader.checks import Raised, Unsupported
+
+    if isinstance(a, (Raised, Unsupported)) or isinstance(b, (Raised, Unsupported)):
+        return type(a) is type(b) and str(a) == str(b)
+    return _equal(a, b, spec.rtol, spec.atol, nan=True)
