@@ -73,6 +73,10 @@ SHIFT_RIGHT = Spec(
     function="shift_right",
     inputs=_shift_inputs,
     rules=_SHIFT_RULES,
+    equivalent=(
+        ("L3 torch.full((target.shape[0], 1), bos_id, dtype=target.dtype) -> torch.full((target.shape[0], 1), bos_id)",
+         "the docstring's target is int64, and torch.full with an int fill value (bos_id) makes int64 already"),
+    ),
     reference=ref.shift_right,
     driver="tensors",
     prepare=_int_ids,

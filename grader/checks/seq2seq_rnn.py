@@ -134,6 +134,10 @@ ADDITIVE_ATTENTION = Spec(
     driver="tensors",
     inputs=_attention_calls,
     rules=_ATTENTION_RULES,
+    equivalent=(
+        ("L9 -1 -> 1",
+         "scores are (batch, src_len): dim=1 is the last axis, dim=-1"),
+    ),
     reference=ref.additive_attention,
     parts=("context", "weights"),
     order=(1, 0),  # the context follows from the weights: judge the weights first
@@ -467,7 +471,30 @@ def _accuracy_calls(rng: np.random.Generator) -> list[Call]:
         what = (f"accuracy_by_length(predictions {pred.shape}, targets {ref.shape}, lengths {lengths.shape}, "
                 f"bins {bins.tolist()}, eos_id={eos})")
         asked.append(Call((pred, ref, lengths, bins, eos), what=what))
+    asked.append(_cut_at_max_len(rng))
     return asked
+
+
+def _cut_at_max_len(rng: np.random.Generator, width: int = 4, eos: int = 3, pad: int = 0) -> Call:
+    """Greedy outputs cut at max_len = ``width`` before their EOS: a prediction holding exactly the
+    reference's tokens and no EOS is wrong (so is one cut inside the sentence); beside them,
+    right ones whose EOS fits, one with a token after its EOS."""
+    words = np.array([t for t in range(9) if t not in (eos, pad)])
+    rows = [(4, "cut"), (3, "right"), (5, "cut"), (2, "after"), (4, "wrong"), (3, "right")]
+    ref = np.full((len(rows), 7), pad, dtype=np.int64)
+    pred = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, (k, kind) in enumerate(rows):
+        sentence = list(rng.choice(words, size=k))
+        ref[i, :k + 1] = sentence + [eos]
+        p = {"cut": sentence, "right": sentence + [eos], "after": sentence + [eos, words[0]],
+             "wrong": sentence[:-1] + [words[(list(words).index(sentence[-1]) + 1) % len(words)]]}[kind]
+        pred[i, :min(width, len(p))] = p[:width]
+    order = rng.permutation(len(rows))
+    lengths = rng.integers(2, 8, size=len(rows)).astype(np.int64)
+    bins = np.array([2, 5, 8])
+    what = (f"accuracy_by_length(predictions {pred.shape} cut at max_len, targets {ref.shape}, lengths "
+            f"{lengths.shape}, bins {bins.tolist()}, eos_id={eos})")
+    return Call((pred[order], ref[order], lengths, bins, eos), what=what)
 
 
 def _counted(*, right_closed=False, last_inclusive=False, empty=np.nan, tokens=False, eos_needed=True, after_eos=False):
@@ -563,6 +590,9 @@ _ACCURACY_RULES = (
     Rule("a right prediction with other tokens after its EOS",
          lambda call: "tokens after EOS differ" in _exact_kinds(call)),
     Rule("a prediction whose EOS comes late", lambda call: "late EOS" in _exact_kinds(call)),
+    Rule("a prediction cut before its EOS, holding exactly the reference's tokens", lambda call: any(
+        eos not in p and p == r[:r.index(eos)] for p, r, eos in
+        ((p, r, call.args[4]) for p, r in zip(call.args[0].tolist(), call.args[1].tolist())))),
 )
 
 ACCURACY_BY_LENGTH = Spec(
@@ -570,6 +600,14 @@ ACCURACY_BY_LENGTH = Spec(
     function="accuracy_by_length",
     inputs=_accuracy_calls,
     rules=_ACCURACY_RULES,
+    equivalent=(
+        ("L5 lengths = np.asarray(lengths) -> (left out)",
+         "lengths is an array (numpy, or a torch tensor as the docstring allows): compared with the edges it "
+         "gives the same masks, and numpy indexes by a torch bool tensor alike"),
+        ("L11 np.array(counts, dtype=np.int64) -> np.array(counts)",
+         "counts holds Python ints, which np.array makes int64 on Linux (where the course runs); counts are "
+         "compared by value"),
+    ),
     reference=ref.accuracy_by_length,
     parts=("accuracy", "counts"),
     order=(1, 0),  # the counts are right, so the bins are: what is left is the exact match or the empty bins

@@ -469,6 +469,10 @@ LABEL_SMOOTHED_LOSS = Spec(
     driver="tensors",
     inputs=_loss_calls,
     rules=_LOSS_RULES,
+    equivalent=(
+        ("L11 -1 -> 1",
+         "log_probs is reshaped to (tokens, V): its dim=1 is its last axis, dim=-1"),
+    ),
     reference=ref.label_smoothed_loss,
     prepare=_scalar,
     # The choices of the loss are knobs: each wrong setting is a catalogued mistake, and two
@@ -613,6 +617,10 @@ NOAM_LR = Spec(
     function="noam_lr",
     inputs=_schedule_calls,
     rules=_SCHEDULE_RULES,
+    equivalent=(
+        ("L9 min(step ** (-0.5), step * warmup ** (-1.5)) -> min(step * warmup ** (-1.5), step ** (-0.5))",
+         "min of two numbers does not depend on their order"),
+    ),
     reference=ref.noam_lr,
     prepare=_one_number,
     judge=_judge_schedule,
@@ -769,6 +777,12 @@ GREEDY_DECODE = Spec(
     driver="transformer.greedy",
     inputs=_greedy_calls,
     rules=_GREEDY_RULES,
+    equivalent=(
+        ("L7 torch.full((src.shape[0], 1), bos_id, dtype=torch.long) -> torch.full((src.shape[0], 1), bos_id)",
+         "torch.full with an int fill value (bos_id is an int) makes int64, torch.long, already"),
+        ("L10 -1 -> 1 #2",
+         "decode(...)[:, -1] is (batch, vocab): its dim=1 is its last axis, dim=-1"),
+    ),
     reference=ref.greedy_decode,
     judge=_judge_greedy,
     mistakes=(
