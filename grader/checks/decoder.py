@@ -26,8 +26,8 @@ from coursekit.drivers.decoder import LAYER_PARAMS
 
 from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Rule, Spec, _equal, catalogued, judge_case,
                     to_array, value)
-from .encoder import (SANDWICH, _chain, _connection, _constant_sublayers, _no_residual, _outside, _reused_norm, _sqrt,
-                      _sublayer_knobs)
+from .encoder import (IN_EVAL, NEED_WEIGHTS, SANDWICH, _chain, _connection, _constant_sublayers, _no_residual,
+                      _outside, _reused_norm, _sqrt, _sublayer_knobs)
 from .reference import decoder as ref
 from .reference import encoder as ref_encoder
 
@@ -535,6 +535,16 @@ DECODER_LAYER = Spec(
     function="DecoderLayer",
     inputs=_layer_inputs,
     rules=_LAYER_RULES,
+    equivalent=(
+        ("L8 nn.MultiheadAttention(d_model, heads, dropout=dropout, ba... -> "
+         "nn.MultiheadAttention(d_model, heads, batch_first=True)", IN_EVAL),
+        ("L9 nn.MultiheadAttention(d_model, heads, dropout=dropout, ba... -> "
+         "nn.MultiheadAttention(d_model, heads, batch_first=True)", IN_EVAL),
+        ("L22 self.self_attn(x, x, x, attn_mask=mask, need_weights=False) -> self.self_attn(x, x, x, attn_mask=mask)",
+         NEED_WEIGHTS),
+        ("L22 False -> True", NEED_WEIGHTS),
+        ("L25 False -> True", NEED_WEIGHTS),
+    ),
     reference=ref.DecoderLayer,
     driver="decoder.decoder_layer",
     judge=_layer_judge,
