@@ -371,6 +371,9 @@ _MODEL_RULES = (
     Rule("pad_id != 0", lambda call: call.args[5] != 0),
 )
 
+# (the drawn weights are loaded into every parameter, the padding row too)
+_PADDING_IDX = "padding_idx only zeroes the padding row at initialisation and in the gradient; the forward is the same"
+
 SEQ2SEQ_GRU = Spec(
     id="seq2seq_rnn-Seq2SeqGRU",
     function="Seq2SeqGRU",
@@ -378,6 +381,13 @@ SEQ2SEQ_GRU = Spec(
     driver="seq2seq_rnn.seq2seq_model",
     inputs=_model_calls,
     rules=_MODEL_RULES,
+    equivalent=(
+        ("L8 nn.Embedding(src_vocab, d_emb, padding_idx=pad_id) -> nn.Embedding(src_vocab, d_emb)", _PADDING_IDX),
+        ("L9 nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id) -> nn.Embedding(tgt_vocab, d_emb)", _PADDING_IDX),
+        ("L19 0 -> -1", "attn_v.weight is (1, d_hidden): its row 0 is its row -1"),
+        ("L34 -1 -> 1", "the embedding and the context are (batch, features): dim=1 is the last axis, dim=-1"),
+        ("L35 -1 -> 1", "the state and the context are (batch, features): dim=1 is the last axis, dim=-1"),
+    ),
     reference=ref.Seq2SeqGRU,
     judge=_judge_gru,
     mistakes=(

@@ -273,6 +273,9 @@ TRANSFORMER = Spec(
     driver="transformer.model",
     inputs=_model_calls,
     rules=_MODEL_RULES,
+    equivalent=(
+        ("L9 False -> True", "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
+    ),
     reference=ref.Transformer,
     prepare=_logits,
     judge=_judge_model,
