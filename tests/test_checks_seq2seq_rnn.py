@@ -7,6 +7,7 @@ coursekit.drivers.seq2seq_rnn.seq2seq_model, as it does while grading.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -96,7 +97,9 @@ def _attention_column_scores(query, keys, W_q, W_k, v, mask=None, projected_keys
     scores = torch.tanh((query @ W_q.T).unsqueeze(1) + pk) @ v[:, None]
     if mask is not None:
         scores = scores.masked_fill(~mask[..., None], float("-inf"))
-    weights = (F.softmax(scores) if dim is None else F.softmax(scores, dim=dim)).squeeze(-1)
+    with warnings.catch_warnings():  # (torch warns that the implicit dim is deprecated: the learner's mistake)
+        warnings.simplefilter("ignore")
+        weights = (F.softmax(scores) if dim is None else F.softmax(scores, dim=dim)).squeeze(-1)
     return (weights.unsqueeze(-1) * keys).sum(1), weights
 
 
