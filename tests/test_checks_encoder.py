@@ -65,6 +65,19 @@ def _ln_no_keepdim(x, gamma, beta, eps=1e-5):
     return gamma * (x - mu) / (var + eps).sqrt() + beta
 
 
+def _ln_global(x, gamma, beta, eps=1e-5):
+    return (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps) * gamma + beta
+
+
+def _ln_uncentred(x, gamma, beta, eps=1e-5):
+    return gamma * x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) + beta
+
+
+def _ln_no_eps(x, gamma, beta, eps=1e-5):
+    centred = x - x.mean(-1, keepdim=True)
+    return gamma * centred / centred.pow(2).mean(-1, keepdim=True).sqrt() + beta
+
+
 def _ln_numpy(x, gamma, beta, eps=1e-5):
     x = np.asarray(x)
     return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * np.asarray(gamma) \
@@ -367,6 +380,9 @@ MISTAKES = {
         (lambda x, g, b: _ln(x, g, b), "the signature is layer_norm(x, gamma, beta, eps=1e-5)"),
         (_ln_numpy, "returns a numpy array for torch tensor inputs"),
         (_ln_no_keepdim, "the mean and the variance lose their last axis"),
+        (_ln_global, "it takes the mean and the variance of the whole tensor"),
+        (_ln_uncentred, "the mean is not subtracted"),
+        (_ln_no_eps, "eps is missing: it divides by sqrt(var)"),
         (stub, "not answered yet"),
     ],
     "encoder-feed_forward": [

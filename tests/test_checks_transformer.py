@@ -196,19 +196,27 @@ def _ls(logits, target, pad_id, smoothing, keep_pads=False, reduce="mean", over=
     return per.sum() if reduce == "sum" else per.mean()
 
 
+def _smoothed_terms(logits, target, pad_id, smoothing, others=1):
+    """q * log p per token and class, flattened, with the non-padding tokens' mask: eps spread over
+    V - ``others`` classes, the true class's mass set (as scatter_ does) to 1 - eps plus its share
+    (others=1, the stated convention) or to 1 - eps alone (others=2, the Annotated Transformer's)."""
+    V = logits.shape[-1]
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    t = target.reshape(-1)
+    q = torch.full_like(logp, smoothing / (V - others))
+    q[:, pad_id] = 0
+    q[torch.arange(len(t)), t] = 1 - smoothing + (smoothing / (V - 1) if others == 1 else 0)
+    return q * logp, t != pad_id
+
+
 def ls_keeps_pads(logits, target, pad_id, smoothing):
     return _ls(logits, target, pad_id, smoothing, keep_pads=True)
 
 
 def ls_keeps_pads_scatter(logits, target, pad_id, smoothing):
-    """The reference's scatter_ construction, averaged over every position (pad targets too)."""
-    V = logits.shape[-1]
-    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
-    t = target.reshape(-1)
-    q = torch.full_like(logp, smoothing / (V - 1))
-    q[:, pad_id] = 0.0
-    q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
-    return -(q * logp).sum(-1).mean()
+    """The reference's construction (the true class's mass set, as scatter_ does), averaged over every
+    position (pad targets too)."""
+    return -_smoothed_terms(logits, target, pad_id, smoothing)[0].sum(-1).mean()
 
 
 def ls_sum(logits, target, pad_id, smoothing):
@@ -246,15 +254,36 @@ def ls_divides_by_positions(logits, target, pad_id, smoothing):
     return per.sum() / per.numel()
 
 
+def ls_implicit_dim(logits, target, pad_id, smoothing):
+    """F.log_softmax without dim (torch warns: the implicit dim is the learner's mistake)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logp = F.log_softmax(logits)
+    V = logits.shape[-1]
+    q = torch.full_like(logp, smoothing / (V - 1))
+    q[..., pad_id] = 0
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing + smoothing / (V - 1))
+    per = -(q * logp).sum(-1)
+    return per[target != pad_id].mean()
+
+
+def ls_positive_sum(logits, target, pad_id, smoothing):
+    """The minus sign forgotten: sum q log p is the negative of the loss."""
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing)
+    return terms.sum(-1)[real].mean()
+
+
+def ls_mean_over_classes(logits, target, pad_id, smoothing):
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing)
+    return -terms.mean(-1)[real].mean()
+
+
 def ls_annotated(logits, target, pad_id, smoothing):
     """The Annotated Transformer's convention: true class 1 - eps, eps over the V - 2 others."""
-    V = logits.shape[-1]
-    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
-    t = target.reshape(-1)
-    q = torch.full_like(logp, smoothing / (V - 2))
-    q[:, pad_id] = 0
-    q[torch.arange(len(t)), t] = 1 - smoothing
-    return (-(q * logp).sum(-1))[t != pad_id].mean()
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing, others=2)
+    return -terms.sum(-1)[real].mean()
 
 
 # ---------------------------------------------------------------- noam_lr
@@ -413,6 +442,9 @@ MISTAKES = {
         (ls_annotated, "V - 2 other non-padding classes"),
         (ls_no_log_softmax, "uses the logits as log-probabilities"),
         (ls_sentence_mean, "it averages per sentence, then over sentences"),
+        (ls_implicit_dim, "F.log_softmax without a dim picks dim=0 for a 3-D tensor"),
+        (ls_positive_sum, "the minus sign is missing"),
+        (ls_mean_over_classes, "it averages over the V classes"),
         (ls_divides_by_positions, "divides the sum over the non-padding tokens by the number of all positions"),
     ],
     "transformer-noam_lr": [

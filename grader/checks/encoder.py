@@ -129,6 +129,16 @@ LAYER_NORM = Spec(
         Mistake("batch_axis", "it normalizes over the batch axis (dim=0); layer norm normalizes each token's "
                 "d_model features: mean and variance over the LAST axis, dim=-1, keepdim=True",
                 lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, dim=0)),
+        Mistake("whole_tensor", "it takes the mean and the variance of the whole tensor (no dim); layer norm "
+                "normalizes each token on its own: mean and variance over the last axis, dim=-1, keepdim=True",
+                lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, dim=tuple(range(x.dim())))),
+        Mistake("not_centred", "the mean is not subtracted: x is divided by its standard deviation as it is; "
+                "normalize x - mean, (x - mean) / sqrt(var + eps)",
+                lambda x, g, b, eps=1e-5: x / torch.sqrt(x.var(-1, keepdim=True, correction=0) + eps) * g + b),
+        # (the first question's tiny-variance token makes eps matter at its default too)
+        Mistake("no_eps", "eps is missing: it divides by sqrt(var), which a token of (nearly) constant features "
+                "makes (nearly) zero; add eps inside the root, sqrt(var + eps)",
+                lambda x, g, b, eps=1e-5: _ln(x, g, b, 0.0)),
     ),
     errors=(
         _numpy_rule(lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),

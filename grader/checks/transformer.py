@@ -393,7 +393,9 @@ def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
 
 
 _LOGS = {"log_softmax": lambda z: F.log_softmax(z, dim=-1), "logits": lambda z: z,
-         "softmax": lambda z: z.softmax(-1)}
+         "softmax": lambda z: z.softmax(-1),
+         # F.log_softmax(logits) without dim: torch picks dim=0 for 3-D logits (the batch), dim=1 for 2-D
+         "implicit": lambda z: F.log_softmax(z, dim=0 if z.dim() in (0, 1, 3) else 1)}
 
 
 def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log="log_softmax", divergence="cross_entropy"):
@@ -478,6 +480,15 @@ LABEL_SMOOTHED_LOSS = Spec(
     ),
     reference=ref.label_smoothed_loss,
     prepare=_scalar,
+    mistakes=(
+        Mistake("negated", "the loss is negative: the minus sign is missing. The cross-entropy is -sum_c q_c log p_c "
+                "(log-probabilities are negative, the loss positive)",
+                lambda logits, target, pad_id, smoothing: -ref.label_smoothed_loss(logits, target, pad_id, smoothing)),
+        Mistake("class_mean", "it averages over the V classes where the cross-entropy sums over them: "
+                "-(q * log_probs).sum(dim=-1), then the mean over the non-padding tokens",
+                lambda logits, target, pad_id, smoothing:
+                ref.label_smoothed_loss(logits, target, pad_id, smoothing) / logits.shape[-1]),
+    ),
     # The choices of the loss are knobs: each wrong setting is a catalogued mistake, and two
     # wrong at once (e.g. a sum that also keeps the padding) are named together.
     variant=_smoothed,
@@ -513,6 +524,9 @@ LABEL_SMOOTHED_LOSS = Spec(
             ("logits", "it uses the logits as log-probabilities: take F.log_softmax(logits, dim=-1) first"),
             ("softmax", "it uses probabilities (softmax) where log-probabilities belong: "
                         "F.log_softmax(logits, dim=-1)"),
+            ("implicit", "log_softmax runs over the batch axis for (batch, seq_len, V) logits: F.log_softmax "
+                         "without a dim picks dim=0 for a 3-D tensor. Normalize over the vocabulary, "
+                         "F.log_softmax(logits, dim=-1)"),
         )),
         Knob("divergence", (("kl", "it computes the KL divergence KL(q || p) = sum q log(q / p); the loss asked "
                                    "is the cross-entropy -sum q log p, which is larger by the entropy of q (the "
