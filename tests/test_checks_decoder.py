@@ -250,7 +250,7 @@ class NotAModule:
 # ---------------------------------------------------------------- Decoder
 
 def make_decoder(*, scale="sqrt", pe="right", shared=False, mask="right", memory_mask=True, dropout="module",
-                 layer=None):
+                 layer=None, assigned=True):
     """A learner-style Decoder with knobs for the mistakes learners make."""
 
     class Dec(nn.Module):
@@ -278,7 +278,8 @@ def make_decoder(*, scale="sqrt", pe="right", shared=False, mask="right", memory
             m = {"right": NS["decoder_self_mask"](tgt_in, self.pad_id), "none": None,
                  "causal": NS["causal_mask"](n), "pad0": NS["decoder_self_mask"](tgt_in, 0)}[mask]
             for lay in self.layers:
-                x = lay(x, memory, tgt_mask=m, memory_padding_mask=memory_padding_mask if memory_mask else None)
+                out = lay(x, memory, tgt_mask=m, memory_padding_mask=memory_padding_mask if memory_mask else None)
+                x = out if assigned else x  # (a learner who never assigns a layer's output)
             return x
 
     Dec.__name__ = "Decoder"
@@ -415,6 +416,7 @@ MISTAKES = {
         (stub, "it should be a class"),
     ],
     "decoder-Decoder": [
+        (make_decoder(assigned=False), "the layers' outputs are not kept"),
         (make_decoder(scale="none"), "not multiplied by sqrt(d_model)"),
         (make_decoder(scale="d"), "multiplied by d_model; multiply by sqrt(d_model)"),
         (make_decoder(scale="after"), "sqrt(d_model) scales the positional encoding too"),

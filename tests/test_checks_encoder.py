@@ -294,6 +294,14 @@ def make_unrolled(wire: str):
     return Unrolled
 
 
+class SequenceFirstLayer(ExplicitLayer):
+    """A learner who leaves nn.MultiheadAttention's default layout, (seq_len, batch, d_model)."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, heads, d_ff, dropout, norm_first)
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout)
+
+
 class SharedNorm(ExplicitLayer):
     """A learner who builds one LayerNorm and uses it twice (norm2 is built but never used)."""
 
@@ -360,7 +368,8 @@ def make_encoder(*, scale="sqrt", pe="right", mask="right", layers_mode="right",
             x = self.dropout(x)
             for i in range(len(self.layers)):
                 chosen = self.layers[0] if layers_mode == "first" else self.layers[i]
-                x = chosen(x) if mask == "ignored" else chosen(x, keep)
+                out = chosen(x) if mask == "ignored" else chosen(x, keep)
+                x = x if layers_mode == "unassigned" else out
             return x
 
     return Enc
@@ -421,6 +430,7 @@ MISTAKES = {
         (make_unrolled("norm1_twice"), "norm1 is used for the self-attention sublayer and the feed-forward "
                                        "sublayer (norm2 never)"),
         (SharedNorm, "norm2 is used for the self-attention sublayer and the feed-forward sublayer (norm1 never)"),
+        (SequenceFirstLayer, "the self-attention reads x as (seq_len, batch, d_model)"),
         (make_unrolled("residual_from_x"), "the feed-forward sublayer's residual adds back the layer's input x"),
         (make_unrolled("ffn_on_x"), "the feed-forward sublayer is given the layer's input x"),
         (make_unrolled("sandwich"), "each sublayer is normalized twice, before the sublayer and after the residual"),
@@ -445,6 +455,7 @@ MISTAKES = {
         (make_encoder(mask="inverted"), "the padding mask is inverted"),
         (make_encoder(layers_mode="shared"), "some layers share their parameters"),
         (make_encoder(layers_mode="first"), "the first layer is applied every time"),
+        (make_encoder(layers_mode="unassigned"), "the layers' outputs are not kept"),
         (make_encoder(layer=make_layer(dropout_mode="functional_always")), "dropout is still on after .eval()"),
         (make_encoder(layer=make_layer(names="attn")), "has no parameter layers.0.self_attn.in_proj_weight"),
         (stub, "it should be a class"),

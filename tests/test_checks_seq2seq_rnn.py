@@ -129,7 +129,7 @@ def _attention_loop(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
 
 def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention", order="emb_first",
              store=True, names=True, out_reads_state_only=False, bidirectional=False, attention_fn=None,
-             forgot_return=False):
+             forgot_return=False, keeps_state=True, batch_first=True):
     """A learner-style Seq2SeqGRU with knobs for the mistakes learners make."""
     attend = attention_fn or make_attention()
 
@@ -142,7 +142,7 @@ def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention",
             else:
                 self.embedding = nn.Embedding(src_vocab, d_emb, padding_idx=pad_id)
             self.tgt_embed = nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id)
-            self.encoder = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=bidirectional)
+            self.encoder = nn.GRU(d_emb, d_hidden, batch_first=batch_first, bidirectional=bidirectional)
             width = 2 * d_hidden if attention and not out_reads_state_only else d_hidden
             self.decoder = nn.GRUCell(d_emb + (d_hidden if attention else 0), d_hidden)
             if attention:
@@ -171,8 +171,9 @@ def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention",
                         c = (H * mask[:, :, None]).sum(1) / lengths[:, None]
                     elif context == "last":
                         c = last
-                    s = self.decoder(torch.cat([e, c] if order == "emb_first" else [c, e], -1), s)
-                    y = self.out(s if out_reads_state_only else torch.cat([s, c], -1))
+                    h = self.decoder(torch.cat([e, c] if order == "emb_first" else [c, e], -1), s)
+                    s = h if keeps_state else s  # (a learner who never carries the new state forward)
+                    y = self.out(h if out_reads_state_only else torch.cat([h, c], -1))
                     maps.append(a)
                 else:
                     s = self.decoder(e, s)
@@ -379,6 +380,8 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "seq2seq_rnn-Seq2SeqGRU": [
+        (make_gru(keeps_state=False), "the decoder's state is never carried forward"),
+        (make_gru(batch_first=False), "the encoder's nn.GRU reads its input as (seq_len, batch, d_emb)"),
         (make_gru(init="first"), "the decoder starts from the encoder's FIRST state"),
         (make_gru(init="padded"), "the encoder's state after the padding"),
         (make_gru(init="zeros"), "the decoder starts from zeros"),

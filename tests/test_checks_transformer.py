@@ -47,7 +47,7 @@ class StubTransformer(nn.Module):
 # ---------------------------------------------------------------- Transformer
 
 def make_transformer(scale="sqrt", pe=True, causal=0, memory_mask=True, swap=False, functional_dropout=False,
-                     shared=False, softmax=False, tgt_padding=False, memory="final", name="Transformer"):
+                     shared=False, softmax=False, tgt_padding=False, wiring="final", name="Transformer"):
     """A Transformer class with one of the known mistakes switched on (defaults: right)."""
 
     class Model(nn.Module):
@@ -74,9 +74,10 @@ def make_transformer(scale="sqrt", pe=True, causal=0, memory_mask=True, swap=Fal
             x = embedded = self._embed(self.tgt_embed if swap else self.src_embed, src)
             outputs = []
             for layer in self.encoder_layers:
-                x = layer(embedded if memory == "unchained" else x, src_mask)
+                out = layer(embedded if wiring == "unchained" else x, src_mask)
+                x = x if wiring == "unassigned" else out
                 outputs.append(x)
-            return outputs if memory == "per_layer" else x
+            return outputs if wiring == "per_layer" else x
 
         def decode(self, memory, src_mask, tgt_in):  # (memory: a list of one per layer, as the mistake has it)
             y = self._embed(self.src_embed if swap else self.tgt_embed, tgt_in)
@@ -86,7 +87,8 @@ def make_transformer(scale="sqrt", pe=True, causal=0, memory_mask=True, swap=Fal
                 mask = mask[None] & (tgt_in != self.pad_id)[:, None, :]
             for i, layer in enumerate(self.decoder_layers):
                 m = memory[i] if isinstance(memory, list) else memory
-                y = layer(y, m, tgt_mask=mask, memory_padding_mask=src_mask if memory_mask else None)
+                out = layer(y, m, tgt_mask=mask, memory_padding_mask=src_mask if memory_mask else None)
+                y = y if wiring == "unassigned" else out
             logits = self.generator(y)
             return logits.softmax(-1) if softmax else logits
 
@@ -429,8 +431,9 @@ MISTAKES = {
         (make_transformer(functional_dropout=True), "dropout is still on in eval mode"),
         (make_transformer(shared=True), "one tensor"),
         (make_transformer(softmax=True), "returns probabilities"),
-        (make_transformer(memory="per_layer"), "decoder layer i reads the output of encoder layer i"),
-        (make_transformer(memory="unchained"), "each encoder layer is applied to the embeddings"),
+        (make_transformer(wiring="per_layer"), "decoder layer i reads the output of encoder layer i"),
+        (make_transformer(wiring="unchained"), "each encoder layer is applied to the embeddings"),
+        (make_transformer(wiring="unassigned"), "the layers' outputs are not kept"),
     ],
     "transformer-label_smoothed_loss": [
         (stub, "not answered yet"),

@@ -735,6 +735,10 @@ DECODER = Spec(
                 _decoder(lambda self, e, pe, n: e * _sqrt(self) + 2 * pe[:n])),
         Mistake("pe_shifted", "the positional encoding starts at position 1: the first token gets row 0, PE[:tgt_len]",
                 _decoder(lambda self, e, pe, n: e * _sqrt(self) + pe[1:n + 1])),
+        Mistake("layers_unused", "the output is the embeddings with their positions: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, memory, tgt_mask=..., memory_padding_mask=...)",
+                _decoder(forward=lambda self, tgt_in, memory, memory_padding_mask=None: self.dropout(
+                    self.inputs(tgt_in)))),
         Mistake("shared_layers", "the layers share one set of weights: nn.ModuleList([layer] * n) repeats the same "
                 "module; build a new DecoderLayer for each layer", _SharedDecoderLayers),
         Mistake("no_self_mask", "no self-attention mask reaches the layers, so every position sees the future: pass "

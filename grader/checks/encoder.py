@@ -619,6 +619,12 @@ def _constant_sublayers(layer_params, keys, biases, build):
     return calls
 
 
+class _SequenceFirst(ref.EncoderLayer):
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, heads, d_ff, dropout, norm_first)
+        self.self_attn = torch.nn.MultiheadAttention(d_model, heads, dropout=dropout)
+
+
 class _AlwaysDropping(ref.EncoderLayer):
     def attend(self, t, ignore):
         return F.dropout(self.self_attn(t, t, t, key_padding_mask=ignore, need_weights=False)[0], 0.5)
@@ -754,6 +760,8 @@ ENCODER_LAYER = Spec(
                 "sublayer's output: the sublayers run one after the other, each on the previous one's output",
                 _wired(reads=(1,))),
         Mistake("sandwich", SANDWICH, _wired(sandwich=True)),
+        Mistake("not_batch_first", "the self-attention reads x as (seq_len, batch, d_model), so it attends across "
+                "the sentences of the batch: build nn.MultiheadAttention with batch_first=True", _SequenceFirst),
     ),
     # How the residual connections and norms are arranged, whatever a sublayer computes.
     probes=(
@@ -867,6 +875,8 @@ ENCODER = Spec(
         Mistake("first_layer_only", "the first layer is applied every time: loop over the layers, `for layer in "
                 "self.layers: x = layer(x, padding_mask)`",
                 _encoder(stack=lambda self: [self.layers[0]] * len(self.layers))),
+        Mistake("layers_unused", "the output is the embeddings with their positions: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, padding_mask)", _encoder(stack=lambda self: [])),
     ),
     # the layer's rules, each shown by an Encoder: of that layer, or (the signature) its own
     errors=tuple(replace(rule, example={_Old: _OldEncoder, _NotAModule: _NotAModule}.get(

@@ -252,10 +252,16 @@ def _model_calls(rng: np.random.Generator) -> list[Call]:
 
 
 def _gru_model(*, init="last", feed="teacher", use_mask=True, context="attention", order="emb_first",
-               attention_fn=ref.additive_attention, store="right"):
-    """The reference Seq2SeqGRU with one of the known mistakes (defaults: right)."""
+               attention_fn=ref.additive_attention, store="right", updated=True, batch_first=True):
+    """The reference Seq2SeqGRU with one of the known mistakes (defaults: right); ``updated``:
+    the decoder's new state is kept; ``batch_first``: how the encoder's nn.GRU is built."""
 
     class Seq2SeqGRU(ref.Seq2SeqGRU):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not batch_first:
+                self.encoder = torch.nn.GRU(self.encoder.input_size, self.encoder.hidden_size)
+
         def forward(self, src, tgt_in):
             mask = src != self.pad_id
             H, h_n = self.encoder(self.src_embed(src))
@@ -275,12 +281,14 @@ def _gru_model(*, init="last", feed="teacher", use_mask=True, context="attention
                         c = last
                     x = {"emb_first": lambda: torch.cat([e, c], -1), "ctx_first": lambda: torch.cat([c, e], -1),
                          "no_context": lambda: e, "no_dim": lambda: torch.cat([e, c])}[order]()
-                    s = self.decoder(x, s)
-                    y = self.out(torch.cat([s, c], -1))
+                    new = self.decoder(x, s)
+                    s = new if updated else s
+                    y = self.out(torch.cat([new, c], -1))
                     maps.append(w)
                 else:
-                    s = self.decoder(e, s)
-                    y = self.out(s)
+                    new = self.decoder(e, s)
+                    s = new if updated else s
+                    y = self.out(new)
                 logits.append(y)
                 token = y.argmax(-1)
             if self.attention and store:
@@ -410,6 +418,12 @@ SEQ2SEQ_GRU = Spec(
                 _gru_model(context="last")),
         Mistake("context_first", "the decoder's input is cat([context, embedding]); the docstring's order is "
                 "cat([embedding, context], -1)", _gru_model(order="ctx_first")),
+        Mistake("state_not_updated", "the decoder's state is never carried forward: every step starts again from the "
+                "encoder's state. Keep the new state, s = cell(input, s), for the next step",
+                _gru_model(updated=False)),
+        Mistake("encoder_not_batch_first", "the encoder's nn.GRU reads its input as (seq_len, batch, d_emb): build it "
+                "with batch_first=True for the (batch, src_len) ids, nn.GRU(d_emb, d_hidden, batch_first=True)",
+                _gru_model(batch_first=False)),
     ),
     errors=(
         Raises("{what}: {error}", match="has no parameter|docstring's sizes give|does not name|attention_weights|"

@@ -169,21 +169,24 @@ def _positional_mask(self, src, src_mask):
     return x
 
 
-def _memories(layerwise=False, chained=True):
+def _memories(layerwise=False, chained=True, kept=True):
     """forward whose decoder layers read the wrong memory: decoder layer i the output of encoder
-    layer i (``layerwise``), or an encoder whose layers each read the embeddings (not ``chained``)."""
+    layer i (``layerwise``), or an encoder whose layers each read the embeddings (not ``chained``);
+    or (not ``kept``) whose layers' outputs are never assigned."""
 
     def forward(self, src, tgt_in):
         src_mask = src != self.pad_id
         embedded = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[: src.shape[1]])
         x, outputs = embedded, []
         for layer in self.encoder_layers:
-            x = layer(x if chained else embedded, src_key_padding_mask=~src_mask)
+            out = layer(x if chained else embedded, src_key_padding_mask=~src_mask)
+            x = out if kept else x
             outputs.append(x)
         y = self.dropout(self.tgt_embed(tgt_in) * math.sqrt(self.d_model) + self.pe[: tgt_in.shape[1]])
         for i, layer in enumerate(self.decoder_layers):
-            y = layer(y, outputs[i] if layerwise else x, tgt_mask=~ref.causal_mask(tgt_in.shape[1]),
-                      memory_key_padding_mask=~src_mask)
+            out = layer(y, outputs[i] if layerwise else x, tgt_mask=~ref.causal_mask(tgt_in.shape[1]),
+                        memory_key_padding_mask=~src_mask)
+            y = out if kept else y
         return self.generator(y)
 
     return {"forward": forward}
@@ -317,6 +320,9 @@ TRANSFORMER = Spec(
         Mistake("encoder_not_chained", "each encoder layer is applied to the embeddings instead of to the previous "
                 "layer's output (the loop does not carry x forward): x = layer(x, src_key_padding_mask=...)",
                 _variant("encoder not chained", **_memories(chained=False))),
+        Mistake("layers_unused", "the logits come from the target embeddings alone: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, ...) in the encoder and y = layer(y, memory, ...) in the decoder",
+                _variant("layers unused", **_memories(kept=False))),
         Mistake("log_probabilities", "it returns log-probabilities: return the generator's raw logits; the loss "
                 "applies log_softmax itself", _variant("log_softmax", **_after(lambda z: z.log_softmax(-1)))),
     ),
