@@ -66,6 +66,11 @@ def user_secret() -> bytes:
     return path.read_bytes().strip()
 
 
+# One line under the first: the visible tests (and Validate, which runs them) are not the grade.
+OTHER_INPUTS = ("The hidden checks try other inputs than the visible tests (they are never shown), so a "
+                "notebook that passes its visible tests and Validate can still fail one here.")
+
+
 class CannotCheck(ValueError):
     """The path is not a notebook of this course; the message says what to do."""
 
@@ -90,7 +95,7 @@ class Checked:
         naming = f"Note: {self.naming}\n" if self.naming else ""
         if not self.graded:
             return f"{path.name}: {self.status}\n{naming}".rstrip("\n")
-        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{naming}"
+        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{OTHER_INPUTS}\n{naming}"
         note = "" if self.status == "graded" else f"({self.status.removeprefix('graded: ')})\n"
         return head + note + "\n" + tutor.as_text(self.comments, self.score, self.max_score)
 

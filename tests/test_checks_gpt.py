@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 
 import numpy as np
 import pytest
@@ -18,9 +19,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from grader.checks import CheckFailed, check
+from grader.course import SOLUTIONS
 from grader.checks.reference import gpt as ref
 from tests.check_cases import shared_tests
 from tests.conftest import solution_namespace
+
+# learners who leave out dim= get torch's warning; the tests need not print it
+pytestmark = pytest.mark.filterwarnings("ignore:Implicit dimension choice")
 
 NS = solution_namespace("12_gpt")
 MultiHeadAttention = NS["MultiHeadAttention"]
@@ -152,6 +157,13 @@ def make_gpt(block=None, positions="learned", scale=False, final_norm=True, tie=
     return Model
 
 
+class GPTLastPositionOnly(make_gpt()):
+    """forward returns the logits of the last position only, (batch, vocab_size)."""
+
+    def forward(self, ids):
+        return super().forward(ids)[:, -1]
+
+
 # ---------------------------------------------------------------- next_token_loss
 
 def loss_gather(logits, ids, pad_id):
@@ -186,6 +198,18 @@ def loss_probabilities(logits, ids, pad_id):
     """nll_loss on softmax probabilities (not their logarithm)."""
     return F.nll_loss(logits[:, :-1].softmax(-1).transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
 
+
+def loss_row_means(logits, ids, pad_id):
+    """Each sentence's mean loss, then their mean: rows have different numbers of targets."""
+    per = F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id, reduction="none")
+    keep = (ids[:, 1:] != pad_id).float()
+    return ((per * keep).sum(1) / keep.sum(1)).mean()
+
+
+def loss_implicit_dim(logits, ids, pad_id):
+    """log_softmax without dim (torch picks dim 0 of a 3-d tensor, the batch axis)."""
+    logp = F.log_softmax(logits[:, :-1])
+    return F.nll_loss(logp.transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
 
 # ---------------------------------------------------------------- perplexity
 
@@ -238,6 +262,42 @@ def ppl_returns_loss(model, batches, pad_id):
                                   reduction="sum").item() for ids in batches)
     return nll / sum(int((ids[:, 1:] != pad_id).sum()) for ids in batches)
 
+
+def ppl_mean_of_perplexities(model, batches, pad_id):
+    """The mean of the batches' perplexities."""
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for ids in batches:
+            loss = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id)
+            out.append(math.exp(loss.item()))
+    return sum(out) / len(out)
+
+
+def ppl_row_means(model, batches, pad_id):
+    """The exp of the mean of every sentence's mean loss."""
+    model.eval()
+    rows = []
+    with torch.no_grad():
+        for ids in batches:
+            per = F.cross_entropy(model(ids)[:, :-1].transpose(1, 2), ids[:, 1:], ignore_index=pad_id, reduction="none")
+            keep = (ids[:, 1:] != pad_id).float()
+            rows += ((per * keep).sum(1) / keep.sum(1)).tolist()
+    return math.exp(sum(rows) / len(rows))
+
+
+def ppl_implicit_dim(model, batches, pad_id):
+    """log_softmax without dim: over the batch axis."""
+    model.eval()
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for ids in batches:
+            logp = F.log_softmax(model(ids)[:, :-1])
+            t = ids[:, 1:]
+            keep = t != pad_id
+            nll -= logp.gather(-1, t[..., None])[..., 0][keep].sum().item()
+            n += int(keep.sum())
+    return math.exp(nll / n)
 
 # ---------------------------------------------------------------- next_token_probs
 
@@ -305,6 +365,33 @@ def probs_temperature_on_probs(logits, temperature=1.0, top_k=None, top_p=None):
 def probs_no_check(logits, temperature=1.0, top_k=None, top_p=None):
     return ref.next_token_probs(logits, temperature if temperature > 0 else 1e-9, top_k, top_p)
 
+
+def probs_batch_softmax(logits, temperature=1.0, top_k=None, top_p=None):
+    """The softmax over dim 0, the batch axis (the rest right)."""
+    if temperature <= 0:
+        raise ValueError("temperature")
+    z = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    probs = torch.softmax(z, dim=0)
+    if top_p is not None:
+        s, order = torch.sort(probs, dim=-1, descending=True)
+        keep = (torch.cumsum(s, -1) - s) < top_p
+        probs = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def probs_renorm_columns(logits, temperature=1.0, top_k=None, top_p=None):
+    """Renormalises after top-p by the column sums."""
+    p = ref.next_token_probs(logits, temperature, top_k, None)
+    if top_p is not None:
+        s, order = torch.sort(p, dim=-1, descending=True)
+        keep = (torch.cumsum(s, -1) - s) < top_p
+        p = p * torch.zeros_like(keep).scatter(-1, order, keep)
+        p = p / p.sum(0, keepdim=True)
+    return p
 
 # ---------------------------------------------------------------- forward_cached
 
@@ -447,6 +534,77 @@ def beam_per_beam_top1(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0
     return torch.tensor(seq), score
 
 
+def _search(model, prompt, beam_size, max_new_tokens, eos_id):
+    """A learner's search loop (right): the finished and the alive hypotheses, and the steps it ran."""
+    beams, done, steps = [(prompt.tolist(), 0.0)], [], 0
+    with torch.no_grad():
+        for steps in range(1, max_new_tokens + 1):
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in beams]))[:, -1].double(), -1)
+            cands = sorted(((sc + logp[i, v].item(), s + [v]) for i, (s, sc) in enumerate(beams)
+                            for v in range(logp.shape[1])), reverse=True)[:beam_size]
+            beams = []
+            for sc, s in cands:
+                (done if s[-1] == eos_id else beams).append((s, sc))
+            if not beams:
+                break
+    return done, beams, steps
+
+
+def beam_rank_raw(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Ranks the final hypotheses by their summed log-probability; the penalty only on the winner's score
+    (a real bug that got full marks: issue 33)."""
+    done, beams, _ = _search(model, prompt, beam_size, max_new_tokens, eos_id)
+    seq, score = max(done + beams, key=lambda h: h[1])
+    n = len(seq) - len(prompt)
+    return torch.tensor(seq[len(prompt):]), score / ((5 + n) / 6) ** alpha
+
+
+def beam_one_penalty(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Normalises every hypothesis by the penalty of the steps run (the longest length)."""
+    done, beams, steps = _search(model, prompt, beam_size, max_new_tokens, eos_id)
+    lp = ((5 + steps) / 6) ** alpha
+    seq, score = max(((s, sc / lp) for s, sc in done + beams), key=lambda h: h[1])
+    return torch.tensor(seq[len(prompt):]), score
+
+
+def beam_extends_finished(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Records a hypothesis when it reaches EOS, but leaves it among the beams, where it keeps growing."""
+    beams, done = [(prompt.tolist(), 0.0)], []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in beams]))[:, -1].double(), -1)
+            total = torch.tensor([sc for _, sc in beams], dtype=torch.float64)[:, None] + logp
+            values, idx = total.flatten().topk(min(beam_size, total.numel()))
+            grown = []
+            for val, i in zip(values.tolist(), idx.tolist()):
+                b, v = divmod(i, logp.shape[1])
+                grown.append((beams[b][0] + [v], val))
+                if v == eos_id:
+                    done.append(grown[-1])
+            beams = grown
+    n = len(prompt)
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in done + beams), key=lambda h: h[1])
+    return torch.tensor(seq[n:]), score
+
+
+def beam_finished_stay(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Finished hypotheses stay in the beam (not extended) and compete for its places."""
+    beams = [(prompt.tolist(), 0.0)]
+    n = len(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            finished = [(s, sc) for s, sc in beams if len(s) > n and s[-1] == eos_id]
+            alive = [h for h in beams if h not in finished]
+            if not alive:
+                break
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in alive]))[:, -1].double(), -1)
+            cands = finished + [(s + [v], sc + logp[i, v].item()) for i, (s, sc) in enumerate(alive)
+                                for v in range(logp.shape[1])]
+            beams = sorted(cands, key=lambda h: -h[1])[:beam_size]
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in beams), key=lambda h: h[1])
+    return torch.tensor(seq[n:]), score
+
+
 MISTAKES = {
     "gpt-Block": [
         (StubModule, "not answered yet"),
@@ -469,6 +627,7 @@ MISTAKES = {
         (make_gpt(head_bias=True), "lm_head.bias"),
         (make_gpt(length_check=False), "raise ValueError for a sequence longer than max_len"),
         (make_gpt(block=make_block(causal=None)), "the blocks' self-attention has no causal mask"),
+        (GPTLastPositionOnly, "the logits of the last position only"),
     ],
     "gpt-next_token_loss": [
         (stub, "not answered yet"),
@@ -476,18 +635,25 @@ MISTAKES = {
         (loss_pads_counted, "the padding targets count"),
         (loss_per_token, "should be a scalar"),
         (loss_probabilities, "a cross-entropy is never negative"),
+        (loss_row_means, "it averages per sentence, then over sentences"),
+        (loss_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
     "gpt-perplexity": [
         (stub, "not answered yet"),
         (ppl_batch_means, "averages the batches' mean losses"),
         (ppl_train_mode, "call model.eval() first"),
         (ppl_returns_loss, "it returns the mean loss"),
+        (ppl_mean_of_perplexities, "it averages the batches' perplexities"),
+        (ppl_row_means, "it averages the sentences' mean losses"),
+        (ppl_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
     "gpt-next_token_probs": [
         (stub, "not answered yet"),
         (probs_cut_after_crossing, "top-p drops the token whose cumulative probability crosses top_p"),
         (probs_temperature_on_probs, "the temperature is applied after the softmax"),
         (probs_no_check, "should raise ValueError"),
+        (probs_batch_softmax, "the softmax runs over the batch axis (dim 0)"),
+        (probs_renorm_columns, "sum to 1 down each column, over the batch axis"),
     ],
     "gpt-forward_cached": [
         (stub, "not answered yet"),
@@ -500,6 +666,10 @@ MISTAKES = {
         (lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6: None, "is a `return` missing?"),
         (beam_greedy, "another hypothesis than beam search finds"),
         (beam_per_beam_top1, "another hypothesis than beam search finds"),
+        (beam_rank_raw, "divides only the winner's by the length penalty"),
+        (beam_one_penalty, "one length penalty, that of the longest"),
+        (beam_extends_finished, "recorded as finished but also stays among the beams"),
+        (beam_finished_stay, "stays in the beam and takes one of its beam_size places"),
     ],
 }
 
@@ -567,3 +737,53 @@ def test_a_model_with_torch_s_attention_is_told_what_to_create():
     with pytest.raises(CheckFailed) as failure:
         check("gpt-GPT", TorchAttention)
     assert "self.attn = MultiHeadAttention(d_model, heads)" in str(failure.value)
+
+
+
+# ---------------------------------------------------------------- the notebook's visible test and head maps
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def notebook_cell(grade_id: str):
+    """The code of notebook 12's cell ``grade_id`` (its hidden tests cut out), compiled."""
+    import nbformat
+
+    cells = nbformat.read(SOLUTIONS / "12_gpt" / "12_gpt.ipynb", as_version=4).cells
+    source = next(c.source for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return compile(HIDDEN.sub("", source), grade_id, "exec")
+
+
+@pytest.mark.parametrize("block", [make_block(causal=None), make_block(causal=1)], ids=["no_mask", "one_ahead"])
+def test_the_visible_block_test_rejects_a_block_that_sees_the_future(block):
+    """Issue 33: the visible test added a constant to one position, which norm1 removes, so a Block without
+    a mask passed it. It now draws new random values there."""
+    cell = notebook_cell("gpt-Block-test")
+    exec(cell, dict(NS))                                    # the solution passes it
+    with pytest.raises(AssertionError, match="causal mask"):
+        exec(cell, {**NS, "Block": block})
+
+
+@pytest.mark.parametrize("block,sees_future", [(None, False), (make_block(causal=None), True)],
+                         ids=["solution", "no_mask"])
+def test_the_head_maps_draw_the_weights_of_the_learner_s_own_blocks(block, sees_future):
+    """Issue 33: the figure applied its own causal mask, so it showed a perfect triangle for a Block without
+    one. It now draws what each block's self.attn returned in the model's own forward."""
+    import matplotlib
+    from types import SimpleNamespace
+
+    matplotlib.use("Agg")
+    torch.manual_seed(0)
+    model = make_gpt(block=block)(11, 12, 3, 20, 2, 9).eval()
+    drawn = []
+    namespace = {**NS, "model": model, "data": {"heldout": torch.randint(1, 11, (6, 7))}, "PAD": 0,
+                 "tt": SimpleNamespace(trim=lambda ids, pad: ids), "token_name": lambda i, tokens: str(i),
+                 "bpe_tokens": None, "korean": {"heldout": ["?"] * 6}, "LAYERS": 2, "HEADS": 3,
+                 "heatmap": lambda weights, *args, **kwargs: drawn.append(weights)}
+    try:
+        exec(notebook_cell("gpt-fig-heads"), namespace)
+    finally:
+        namespace["plt"].close("all")
+    assert len(drawn) == 6
+    above_diagonal = max(float(torch.triu(w, diagonal=1).abs().max()) for w in drawn)
+    assert (above_diagonal > 1e-3) == sees_future, above_diagonal

@@ -8,6 +8,7 @@ pass (another algorithm, numpy or torch ids, Counter or dict).
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -15,11 +16,15 @@ import pytest
 import torch
 
 from coursekit import probe
-from grader.checks import check, exercise_ids, get, public_seed, questions, verdict
+from grader.checks import answers_of, check, exercise_ids, get, public_seed, questions, verdict
 from grader.checks.reference import tokenization as ref
 from grader.wire import decode_payload
 from tests.check_cases import shared_tests
 from tests.conftest import solution_namespace
+from tests.scope import student_seeds
+from tests.test_visible_mutants import Property
+from tests.test_visible_mutants import (
+    test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it as visible_assert_holds)
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
@@ -76,8 +81,73 @@ def _pairs_defaultdict(words):
 
 def _merge_by(merge_word):
     def merge_pair(words, pair):
-        return {merge_word(word, *pair): count for word, count in words.items()}
+        merged = Counter()
+        for word, count in words.items():
+            merged[merge_word(word, *pair)] += count
+        return merged
     return merge_pair
+
+
+def _merge_comprehension(words, pair):
+    """The real bug found in outside code: a dict comprehension keeps the last count of words
+    that become equal after the merge."""
+    return {ref.merge_word(word, *pair): count for word, count in words.items()}
+
+
+def _merge_first_count_kept(words, pair):
+    merged = {}
+    for word, count in words.items():
+        merged.setdefault(ref.merge_word(word, *pair), count)
+    return merged
+
+
+def _merge_joined(separator, split=lambda joined, separator: joined.split(separator)):
+    """merge_pair by str.replace on the word's symbols joined by ``separator``: it also matches
+    a symbol that only ends with left (or starts with right)."""
+    def merge_pair(words, pair):
+        left, right = pair
+        merged = Counter()
+        for word, count in words.items():
+            joined = separator.join(word).replace(left + separator + right, left + right)
+            merged[tuple(split(joined, separator))] += count
+        return merged
+    return merge_pair
+
+
+def _merge_sennrich(words, pair):
+    """Sennrich et al.'s merge_vocab: a regex on the symbols joined by spaces, split() after."""
+    pattern = re.compile(r"(?<!\S)" + re.escape(" ".join(pair)) + r"(?!\S)")
+    merged = Counter()
+    for word, count in words.items():
+        merged[tuple(pattern.sub("".join(pair), " ".join(word)).split())] += count
+    return merged
+
+
+def _merge_regex_unit_separator(words, pair):
+    """The same regex merge on symbols joined by a character no symbol holds: right."""
+    pattern = re.compile("(?<![^\x1f])" + re.escape("\x1f".join(pair)) + "(?![^\x1f])")
+    merged = Counter()
+    for word, count in words.items():
+        merged[tuple(pattern.sub("".join(pair), "\x1f".join(word)).split("\x1f"))] += count
+    return merged
+
+
+def _merge_list_comprehension(words, pair):
+    """Each place found with a list comprehension, then the word rebuilt, skipping the merged right halves."""
+    merged = defaultdict(int)
+    for word, count in words.items():
+        places, taken = [], -2
+        for i in [i for i in range(len(word) - 1) if (word[i], word[i + 1]) == tuple(pair)]:
+            if i > taken + 1:
+                places.append(i)
+                taken = i
+        out = []
+        for i, symbol in enumerate(word):
+            if i - 1 in places:
+                continue
+            out.append(symbol + word[i + 1] if i in places else symbol)
+        merged[tuple(out)] += count
+    return dict(merged)
 
 
 def _from_the_right(word, a, b):
@@ -165,15 +235,18 @@ def _replace_merge(words, pair):
     return merged
 
 
-def _train_replacing(text, num_merges):
-    words, merges = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS), []
-    for _ in range(num_merges):
-        pairs = ref.count_pairs(words)
-        if not pairs:
-            break
-        merges.append(min(pairs, key=lambda p: (-pairs[p], p)))
-        words = _replace_merge(words, merges[-1])
-    return merges
+def _train_with(merge_pair):
+    """train_bpe as the notebook's, each merge made by ``merge_pair``."""
+    def train_bpe(text, num_merges):
+        words, merges = dict(Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS)), []
+        for _ in range(num_merges):
+            pairs = ref.count_pairs(words)
+            if not pairs:
+                break
+            merges.append(min(pairs, key=lambda p: (-pairs[p], p)))
+            words = merge_pair(words, merges[-1])
+        return merges
+    return train_bpe
 
 
 def _lines_as_words(text):
@@ -224,25 +297,118 @@ def _train_sorted_first(text, num_merges):
     return merges
 
 
+def _train_most_common(text, num_merges):
+    words = Counter(tuple(w) for w in ref.pretokenize(text) if w not in SPECIALS)
+    merges = {}  # merges in a dict, {pair: rank}: its keys keep their order
+    while len(merges) < num_merges:
+        pairs = Counter(ref.count_pairs(words))
+        if not pairs:
+            break
+        top = pairs.most_common(1)[0][1]
+        best = sorted(p for p, n in pairs.items() if n == top)[0]
+        merges[best] = len(merges)
+        words = ref.merge_pair(words, best)
+    return list(merges)
+
+
 # ---------------------------------------------------------------- encode
 
-def _encode_in_order(text, tokens, merges, byte_fallback=True):
+def _encoder(segment):
+    """bpe_encode with each word cut by ``segment(word, tokens, merges)``."""
+    def bpe_encode(text, tokens, merges, byte_fallback=True):
+        ids_of = {t: 260 + i for i, t in enumerate(tokens)}
+        ids = []
+        for word in ref.pretokenize(text):
+            if word in SPECIALS:
+                ids.append(SPECIALS.index(word))
+                continue
+            for symbol in segment(word, tokens, merges):
+                if symbol in ids_of:
+                    ids.append(ids_of[symbol])
+                else:
+                    ids += [4 + b for b in symbol.encode("utf-8")] if byte_fallback else [3]
+        return ids
+    return bpe_encode
+
+
+def _in_order(word, tokens, merges):
     """Every merge in turn, everywhere in the word: the docstring's own wording."""
-    ids_of = {t: 260 + i for i, t in enumerate(tokens)}
+    symbols = tuple(word)
+    for left, right in merges:
+        symbols = ref.merge_word(symbols, left, right)
+    return symbols
+
+
+def _by_rank(word, tokens, merges):
+    """The lowest-ranked pair in the word first, merges as a dict {pair: rank} (GPT-2's loop)."""
+    rank = {tuple(m): r for r, m in enumerate(merges)}
+    symbols = list(word)
+    while len(symbols) > 1:
+        r, best = min((rank.get(p, float("inf")), p) for p in zip(symbols, symbols[1:]))
+        if r == float("inf"):
+            break
+        symbols = list(ref.merge_word(tuple(symbols), *best))
+    return symbols
+
+
+def _greedy_encoder(segment):
+    """bpe_encode with the words cut by ``segment(word, vocabulary)`` instead of the merges."""
+    return _encoder(lambda word, tokens, merges: segment(word, set(tokens)))
+
+
+def _wordpiece(word, vocabulary):
+    """The real bug found in outside code: the longest token that fits, from the left."""
+    pieces, start = [], 0
+    while start < len(word):
+        end = len(word)
+        while end > start + 1 and word[start:end] not in vocabulary:
+            end -= 1
+        pieces.append(word[start:end])
+        start = end
+    return pieces
+
+
+def _by_length(word, vocabulary):
+    """The vocabulary sorted longest first; at each place the first token the rest starts with."""
+    ordered = sorted(vocabulary, key=len, reverse=True)
+    pieces = []
+    while word:
+        piece = next((t for t in ordered if word.startswith(t)), word[0])
+        pieces.append(piece)
+        word = word[len(piece):]
+    return pieces
+
+
+def _from_the_end(word, vocabulary):
+    pieces = []
+    while word:
+        start = next((i for i in range(len(word) - 1) if word[i:] in vocabulary), len(word) - 1)
+        pieces.insert(0, word[start:])
+        word = word[:start]
+    return pieces
+
+
+def _split_around_longest(word, vocabulary):
+    """The tokens, longest first (and in sorted order among equals), each split out of the word
+    wherever it stands; the pieces left are cut the same way."""
+    for token in sorted(vocabulary, key=lambda t: (-len(t), t)):
+        if len(token) > 1 and token in word:
+            before, _, after = word.partition(token)
+            return _split_around_longest(before, vocabulary) + [token] + _split_around_longest(after, vocabulary)
+    return list(word)
+
+
+def _encode_unspaced(text, tokens, merges, byte_fallback=True):
+    """The space before each word taken off, as if it were only a separator."""
     ids = []
     for word in ref.pretokenize(text):
-        if word in SPECIALS:
-            ids.append(SPECIALS.index(word))
-            continue
-        symbols = tuple(word)
-        for left, right in merges:
-            symbols = ref.merge_word(symbols, left, right)
-        for symbol in symbols:
-            if symbol in ids_of:
-                ids.append(ids_of[symbol])
-            else:
-                ids += [4 + b for b in symbol.encode("utf-8")] if byte_fallback else [3]
+        ids += ref.bpe_encode(word if word.isspace() else word.lstrip(" "), tokens, merges, byte_fallback)
     return ids
+
+
+def _encode_stripped(text, tokens, merges, byte_fallback=True):
+    return [i for word in ref.pretokenize(text)
+            for i in ref.bpe_encode(word if word in SPECIALS else word.strip(), tokens, merges, byte_fallback)]
 
 
 def _encode_as(convert):
@@ -285,6 +451,46 @@ def _decode_byte_list(ids, tokens):
     return bytes(data).decode("utf-8", "replace")
 
 
+def _decode_ignoring(ids, tokens):
+    data = b""
+    for i in ids:
+        if not 0 <= i < 260 + len(tokens):
+            raise ValueError(i)
+        data += ref.id_bytes(i, tokens)
+    return data.decode("utf-8", errors="ignore")
+
+
+def _decode_chr(ids, tokens):
+    text = ""
+    for i in ids:
+        if i < 0 or i >= 260 + len(tokens):
+            raise ValueError(f"bad id {i}")
+        text += SPECIALS[i] if i < 4 else chr(i - 4) if i < 260 else tokens[i - 260]
+    return text
+
+
+def _decode_each_ignoring(ids, tokens):
+    if any(not 0 <= i < 260 + len(tokens) for i in ids):
+        raise ValueError("id outside the vocabulary")
+    return "".join(ref.id_bytes(i, tokens).decode("utf-8", errors="ignore") for i in ids)
+
+
+def _decode_latin1(ids, tokens):
+    if any(not 0 <= i < 260 + len(tokens) for i in ids):
+        raise ValueError("id outside the vocabulary")
+    return b"".join(ref.id_bytes(i, tokens) for i in ids).decode("latin-1")
+
+
+def _decode_upper_check_only(ids, tokens):
+    """Checks the end of the vocabulary only: a negative id indexes from the end."""
+    data = bytearray()
+    for i in ids:
+        if i >= 260 + len(tokens):
+            raise ValueError(f"id {i} is past the vocabulary")
+        data += SPECIALS[i].encode() if i < 4 else bytes([i - 4]) if i < 260 else tokens[i - 260].encode()
+    return data.decode("utf-8", errors="replace")
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -300,6 +506,13 @@ MISTAKES = {
         (_merge_by(_from_the_right), "merged differently"),
         (_merge_by(_drops_right), "no longer spell a word"),
         (lambda words, pair: {w: 2 * n for w, n in ref.merge_pair(words, pair).items()}, "do not add up"),
+        (_merge_comprehension, "words that become equal after the merge keep one count"),
+        (_merge_first_count_kept, "words that become equal after the merge keep one count"),
+        (_merge_joined("|"), "it merges across symbol boundaries"),
+        (_merge_joined("-"), "it merges across symbol boundaries"),
+        (_merge_joined(" "), "it joins the symbols with spaces and uses str.replace"),
+        (_merge_joined(" ", split=lambda joined, _: joined.split()), "a word lost its space"),
+        (_merge_sennrich, "a word lost its space"),
         (_merge_in_place, "returns nothing (None)"),
         (lambda words, pair: list(ref.merge_pair(words, pair)), "should return a dict"),
         (stub, "not answered yet"),
@@ -311,7 +524,12 @@ MISTAKES = {
         (_training(pick=lambda pairs: min(pairs, key=lambda p: (pairs[p], p))), "not the most frequent pair"),
         (_training(words_of=_lines_as_words), "joins two words"),
         (_training(words_of=_special_chars_regex), "joins characters of a special token"),
-        (_train_replacing, "has an empty symbol"),
+        (_train_with(_replace_merge), "has an empty symbol"),
+        (_train_with(_merge_joined("|")), "a merge also joins symbols that only end with left"),
+        (_train_with(_merge_joined("-")), "a merge also joins symbols that only end with left"),
+        (_train_with(_merge_sennrich), "the words lose their spaces"),
+        (_training(words_of=lambda text: [w.strip() for w in ref.pretokenize(text) if w not in SPECIALS]),
+         "the words lose their spaces"),
         (lambda text, n: [a + b for a, b in ref.train_bpe(text, n)], "(str, str) tuple"),
         (lambda text, n: {pair: k for k, pair in enumerate(ref.train_bpe(text, n))}, "should return a list"),
         (stub, "not answered yet"),
@@ -320,6 +538,12 @@ MISTAKES = {
         (_encode_adds_bos_eos, "special tokens are not the text's"),
         (_encode_code_points, "do not decode back to the text"),
         (_encode_reversed, "its ids decode back to the text, but as"),
+        (_greedy_encoder(_wordpiece), "WordPiece's greedy match"),
+        (_greedy_encoder(_by_length), "WordPiece's greedy match"),
+        (_greedy_encoder(_from_the_end), "the longest token that ends the word"),
+        (_greedy_encoder(_split_around_longest), "greedy"),
+        (_encode_unspaced, "the space where a word starts is lost"),
+        (_encode_stripped, "the words lose their spaces"),
         (lambda text, tokens, merges, byte_fallback=True: [tokens[i - 260] if i >= 260 else i
                                                            for i in ref.bpe_encode(text, tokens, merges, byte_fallback)],
          "returns tokens (str"),
@@ -329,7 +553,12 @@ MISTAKES = {
     ],
     "tokenization-bpe_decode": [
         (lambda ids, tokens: ref.bpe_decode(ids, tokens).strip(), "spaces, tabs or line breaks"),
-        (lambda ids, tokens: ref.bpe_decode([i for i in ids if not 4 <= i < 260], tokens), "differs from the one encoded"),
+        (lambda ids, tokens: ref.bpe_decode([i for i in ids if not 4 <= i < 260], tokens), "byte ids (4-259) are left out"),
+        (_decode_ignoring, "are dropped (errors='ignore')"),
+        (_decode_chr, "a byte id becomes the character chr(b)"),
+        (_decode_each_ignoring, "of the text are missing, the others right and in order"),
+        (_decode_latin1, "it decodes the bytes as Latin-1"),
+        (_decode_upper_check_only, "for a negative id: it returned a value; it should raise ValueError"),
         (lambda ids, tokens: b"".join(ref.id_bytes(i, tokens) for i in ids), "returns bytes"),
         (lambda ids, tokens: [ref.bpe_decode([i], tokens) for i in ids], "should return one str"),
         (stub, "not answered yet"),
@@ -339,9 +568,13 @@ MISTAKES = {
 
 VARIANTS = {
     "tokenization-count_pairs": [_pairs_counter, _pairs_defaultdict, _pairs_mutating],
-    "tokenization-merge_pair": [_merge_flag, _merge_recursive],
-    "tokenization-train_bpe": [_train_incremental, _train_sorted_first],
-    "tokenization-bpe_encode": [_encode_in_order, _encode_as(np.array), _encode_as(torch.tensor), _encode_as(tuple)],
+    "tokenization-merge_pair": [_merge_flag, _merge_recursive, _merge_regex_unit_separator, _merge_list_comprehension],
+    "tokenization-train_bpe": [_train_incremental, _train_sorted_first, _train_most_common,
+                               # a merge that overwrites the counts of words that become equal is right inside
+                               # train_bpe: its words are distinct strings, and a merge keeps their characters
+                               _train_with(_merge_comprehension)],
+    "tokenization-bpe_encode": [_encoder(_in_order), _encoder(_by_rank), _encode_as(np.array), _encode_as(torch.tensor),
+                                _encode_as(tuple)],
     "tokenization-bpe_decode": [_decode_bytes_join, _decode_byte_list],
 }
 
@@ -387,3 +620,76 @@ def test_a_diagnosis_shows_no_hidden_text():
                 probe.collect(exercise, fn, [q.call() for q in questions(exercise, 3)], get(exercise).driver),
                 exercise))
             assert message and not any("\uac00" <= ch <= "\ud7a3" for ch in message), (exercise, message)
+
+
+# The real bugs that outside code got full marks with: every seed's hidden inputs must reject them.
+REAL_BUGS = [("tokenization-merge_pair", _merge_comprehension, "words that become equal after the merge keep one count"),
+             ("tokenization-bpe_encode", _greedy_encoder(_wordpiece), "WordPiece's greedy match")]
+MANY_SEEDS = student_seeds(40)
+
+
+@pytest.mark.parametrize("exercise,fn,diagnosis", REAL_BUGS, ids=[e for e, _, _ in REAL_BUGS])
+def test_the_real_bugs_are_rejected_on_every_seed(exercise, fn, diagnosis):
+    """Before issue 33 no hidden input made two words equal after a merge, and the words that
+    tell BPE from a longest match were tried without the space they stand with in the text:
+    a greedy encoder passed on some student seeds (8, 13, 15, 34 and 35 of these)."""
+    for seed in [public_seed(exercise), *MANY_SEEDS]:
+        message = verdict(exercise, seed, answers_of(exercise, fn, seed))
+        assert message and diagnosis in message, (seed, message)
+
+
+def _visible_tests(grade_id: str) -> str:
+    """A test cell of the source notebook, its hidden part left out: what a learner runs."""
+    import nbformat
+
+    from grader.course import SOLUTIONS
+
+    path = SOLUTIONS / "11_tokenization" / "11_tokenization.ipynb"
+    source = next(c.source for c in nbformat.read(path, as_version=4).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n", "", source, flags=re.S)
+
+
+VISIBLE = [("merge_pair", _merge_comprehension, "words that become equal add their counts"),
+           ("bpe_encode", _greedy_encoder(_wordpiece), "merges apply in the order learned"),
+           ("bpe_decode", _decode_upper_check_only, "id -1 is below the vocabulary")]
+
+
+@pytest.mark.parametrize("name,fn,said", VISIBLE, ids=[n for n, _, _ in VISIBLE])
+def test_a_visible_test_fails_for_the_mistake_it_names(tokenization_notebook, name, fn, said):
+    """The visible asserts name the rules the real bugs broke: a learner sees them fail before
+    submitting (and the solution passes them)."""
+    cell = _visible_tests(f"tokenization-{name}-test")
+    exec(cell, dict(tokenization_notebook))
+    with pytest.raises(AssertionError, match=re.escape(said)):
+        exec(cell, {**tokenization_notebook, name: fn})
+
+
+# Visible asserts that name a property, proven against every mutant of the reference that breaks
+# it (tests/test_visible_mutants.py's machinery, with notebook 11's properties).
+
+def _counts_do_not_add(merge_pair) -> bool:
+    words = {("a", "b", "c"): 2, ("ab", "c"): 3, (" ", "a", "b"): 4, ("c",): 1}
+    return dict(merge_pair(dict(words), ("a", "b"))) != {("ab", "c"): 5, (" ", "ab"): 4, ("c",): 1}
+
+
+def _not_in_order(bpe_encode) -> bool:
+    return list(bpe_encode("abc", ["a", "b", "c", "bc", "ab"], [("b", "c"), ("a", "b")])) != [260, 263]
+
+
+def _no_round_trip(bpe_decode) -> bool:
+    merges = [("고", "기"), (" ", "고기"), (" ", "기")]
+    tokens, text = ref.learned_tokens("고기 고기를 기를", merges), "<bos>고기를\t 🙂  기를\n<eos>\x00\xff"
+    return bpe_decode(ref.bpe_encode(text, tokens, merges), tokens) != text
+
+
+VISIBLE_PROPERTIES = [
+    Property("tokenization-merge_pair", "('고', '기', '를') becomes ('고기', '를')", _counts_do_not_add),
+    Property("tokenization-bpe_encode", "merges apply in the order learned", _not_in_order),
+    Property("tokenization-bpe_decode", "bpe_decode(bpe_encode(text)) == text", _no_round_trip),
+]
+
+
+@pytest.mark.parametrize("prop", VISIBLE_PROPERTIES, ids=[p.exercise for p in VISIBLE_PROPERTIES])
+def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop):
+    visible_assert_holds(prop)

@@ -83,3 +83,12 @@ def test_the_tutor_s_cells_are_valid_nbformat_4_5_cells():
     nb = nbformat.v4.new_notebook(cells=[cell])
     nbformat.validate(nb)
     assert cell.get("id")
+
+
+def test_check_my_work_says_in_one_line_that_the_hidden_checks_try_other_inputs(tmp_path):
+    """Issue 33: a learner whose visible tests and Validate pass must not read that as the grade."""
+    from grader.selfcheck import Checked
+
+    text = Checked("12_gpt", "graded", 3.0, 3.0, []).text(tmp_path / "12_gpt.ipynb")
+    lines = text.splitlines()
+    assert lines[0].startswith("Checked 12_gpt.ipynb") and "hidden checks try other inputs" in lines[1], text

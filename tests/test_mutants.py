@@ -66,3 +66,32 @@ def test_a_mutant_that_never_returns_is_rejected_within_the_cpu_budget(monkeypat
 
     said = judged(spec, endless, public_seed(spec.id))
     assert said and "CPU seconds" in said
+
+
+def test_a_mutant_that_fills_the_memory_is_rejected_within_the_memory_budget(monkeypatch):
+    """A loop that appends for ever gets a MemoryError at the budget, not the machine's memory."""
+    import grader.checks._mutants as engine
+
+    monkeypatch.setattr(engine, "MEMORY_BUDGET", 256 << 20)
+    spec = get("similarity-dot_product")
+
+    def hoarding(a, b):
+        kept = []
+        while True:
+            kept.append(np.ones(1 << 20))
+
+    said = judged(spec, hoarding, public_seed(spec.id))
+    assert said and "MemoryError" in said
+
+
+def test_annotations_are_not_mutated():
+    """A local variable's annotation is never evaluated: mutating it makes no learner's program."""
+    from grader.checks import Spec, Call
+
+    def annotated(a, b):
+        total: list[int] = a * b
+        return total.sum(-1)
+
+    spec = Spec("similarity-annotated", "annotated", lambda rng: [Call((np.ones(2), np.ones(2)))], annotated)
+    changed = [m.name.split(" ", 1)[1].split(" -> ")[0] for m in mutants(spec)]
+    assert changed and not any(before.startswith(("list", "int")) for before in changed), changed

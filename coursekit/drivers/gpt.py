@@ -102,7 +102,7 @@ def block(cls: Any) -> Any:
     def run(spec, flat, x):
         config = json.loads(spec)
         sizes = [int(config[k]) for k in ("d_model", "heads", "d_ff")]
-        module = _build(cls, sizes, {"dropout": 0.3})
+        module = _build(cls, sizes, {"dropout": DROPOUT})
         owner = cls.__name__   # (the grader's diagnosis names the sizes)
         load_by_name(module, _unpack(spec, flat), owner)
         module.eval()
@@ -113,9 +113,14 @@ def block(cls: Any) -> Any:
     return run
 
 
+DROPOUT = 0.3  # what the block and the model are built with
+
+
 def model(cls: Any) -> Any:
     """A GPT class -> fn(spec, flat, ids) returning (logits, logits again, [lm_head shares
-    tok_embed's weight, number of parameters]) in eval mode; logits (batch, seq_len, vocab_size).
+    tok_embed's weight, number of parameters, number of nn.Dropout modules whose p is not the
+    dropout given]) in eval mode; logits (batch, seq_len, vocab_size). (Eval mode switches dropout
+    off, so a Block built without the dropout shows only in its modules.)
 
     spec is JSON with the constructor's sizes, tie_weights and the parameters' names and shapes.
     Builds ``cls(vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights=..., dropout=0.3)``.
@@ -126,7 +131,7 @@ def model(cls: Any) -> Any:
         config = json.loads(spec)
         sizes = [int(config[k]) for k in ("vocab_size", "d_model", "heads", "d_ff", "layers", "max_len")]
         tie = bool(config["tie_weights"])
-        module = _build(cls, sizes, {"tie_weights": tie, "dropout": 0.3})
+        module = _build(cls, sizes, {"tie_weights": tie, "dropout": DROPOUT})
         owner = cls.__name__   # (the grader's diagnosis names the sizes)
         load_by_name(module, _unpack(spec, flat), owner)
         module.eval()
@@ -134,8 +139,9 @@ def model(cls: Any) -> Any:
         head, embed = getattr(module, "lm_head", None), getattr(module, "tok_embed", None)
         tied = getattr(head, "weight", None) is not None and getattr(head, "weight", None) is getattr(embed, "weight", 0)
         count = sum(p.numel() for p in module.parameters())
+        other_p = sum(isinstance(m, torch.nn.Dropout) and m.p != DROPOUT for m in module.modules())
         with torch.no_grad():
-            return module(ids), module(ids), np.array([tied, count], dtype=np.int64)
+            return module(ids), module(ids), np.array([tied, count, other_p], dtype=np.int64)
 
     return run
 

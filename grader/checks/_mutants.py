@@ -27,6 +27,7 @@ import argparse
 import ast
 import copy
 import inspect
+import resource
 import signal
 import sys
 import textwrap
@@ -41,6 +42,9 @@ from ._core import Spec, _one_thread, _quiet, exercise_ids, get, public_seed, qu
 # loop bound made unreachable); grading's CPU limit stops such a submission, so a mutant
 # over the budget is rejected. CPU time, not wall time: the same on a loaded machine.
 CPU_BUDGET = 20.0
+# Bytes of address space a mutant may add: a loop that appends for ever gets a MemoryError
+# (grading's memory limit stops such a submission) instead of the machine's memory.
+MEMORY_BUDGET = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ _REDUCTIONS = {"sum": ["mean", "max"], "mean": ["sum"], "max": ["min", "mean"], 
                "amax": ["amin"], "amin": ["amax"], "argmax": ["argmin"], "argmin": ["argmax"],
                "logsumexp": ["amax"], "cumsum": ["cumprod"], "any": ["all"], "all": ["any"]}
 # Functions whose first two arguments commute: swapping them is never a mutant.
-_SYMMETRIC = {"transpose", "swapaxes", "maximum", "minimum", "add", "multiply", "logical_and",
+_SYMMETRIC = {"transpose", "swapaxes", "maximum", "minimum", "min", "max", "add", "multiply", "logical_and",
               "logical_or", "logical_xor", "eq", "ne", "equal", "not_equal", "allclose", "isclose", "hypot"}
 
 
@@ -168,6 +172,13 @@ def _swapped(node: ast.AST) -> list:
     return []
 
 
+def _dropped_argument(node: ast.AST) -> list:
+    """A call without its last positional argument (a mask, a bias, a cache not passed on)."""
+    if isinstance(node, ast.Call) and len(node.args) >= 2 and not isinstance(node.args[-1], ast.Starred):
+        return [ast.Call(node.func, node.args[:-1], node.keywords)]
+    return []
+
+
 def _reduction(node: ast.AST) -> list:
     if isinstance(node, ast.Attribute) and node.attr in _REDUCTIONS:
         return [ast.Attribute(node.value, other, node.ctx) for other in _REDUCTIONS[node.attr]]
@@ -205,6 +216,7 @@ def _dropped_statement(node: ast.AST) -> list:
 OPERATORS: tuple[tuple[str, Callable[[ast.AST], list]], ...] = (
     ("comparison", _compare), ("arithmetic", _arithmetic), ("dropped term", _dropped_term),
     ("constant", _constant), ("keyword dropped", _keyword_dropped), ("swapped arguments", _swapped),
+    ("dropped argument", _dropped_argument),
     ("reduction", _reduction), ("off by one", _off_by_one), ("dropped statement", _dropped_statement),
     ("forgotten call", _forgotten_call), ("confused function", _confused_function),
 )
@@ -236,6 +248,9 @@ class _Visit(ast.NodeTransformer):
     def generic_visit(self, node):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             node.body = [self.visit(n) for n in node.body]
+        elif isinstance(node, ast.AnnAssign):  # (an annotation is never evaluated in a function)
+            node.target = self.visit(node.target)
+            node.value = node.value and self.visit(node.value)
         else:
             super().generic_visit(node)
         if isinstance(getattr(node, "body", None), list):
@@ -331,6 +346,8 @@ def judged(spec: Spec, implementation: object, seed: int) -> str | None:
 
     previous = signal.signal(signal.SIGPROF, _over_budget)
     signal.setitimer(signal.ITIMER_PROF, CPU_BUDGET)
+    limits = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (_address_space() + MEMORY_BUDGET, limits[1]))
     try:
         with _one_thread(), _quiet():
             asked = questions(spec.id, seed)
@@ -342,8 +359,15 @@ def judged(spec: Spec, implementation: object, seed: int) -> str | None:
     except _OverBudget:
         return f"ran past {CPU_BUDGET:g} CPU seconds (grading's time limit stops it)"
     finally:
+        resource.setrlimit(resource.RLIMIT_AS, limits)
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
+
+
+def _address_space() -> int:
+    """This process's virtual memory now, in bytes (what RLIMIT_AS counts)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[0]) * resource.getpagesize()
 
 
 def seeds(n: int, exercise: str) -> list[int]:

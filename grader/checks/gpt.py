@@ -20,8 +20,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Spec, _explain_raised, catalogued,
-                    judge_case, to_array, value)
+from coursekit.probe import collect
+from coursekit.protocol import Unsupported
+
+from ..wire import decode_payload
+from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _equal,
+                    _explain_raised, catalogued, judge_case, to_array, value)
 from .reference import gpt as ref
 from .reference.multi_head import merge_heads, scaled_dot_product_attention, split_heads
 from .transformer import _tokens, draw_weights
@@ -52,6 +56,23 @@ def _model_shapes(cfg: dict) -> list:
 def _packed(cfg: dict, shapes: list, p: dict) -> tuple[str, np.ndarray]:
     spec = json.dumps({**cfg, "params": [[n, list(s)] for n, s in shapes]})
     return spec, np.concatenate([p[n].ravel() for n, _ in shapes])
+
+
+def _differs(exercise: str, other: object, driver: str | None, reference: object, part: int | None = None):
+    """A rule's test (:class:`Rule`): on the call, ``other`` answers otherwise than ``reference``
+    (in its item ``part``, if given), both run and compared as grading runs and compares answers;
+    never for a call where either does not answer with data (a raised error)."""
+
+    def exercised(call: Call) -> bool:
+        answers = [decode_payload(collect(exercise, fn, [call.call()], driver), exercise)[0]
+                   for fn in (reference, other)]
+        if any(isinstance(a, (Raised, Unsupported)) for a in answers):
+            return False
+        if part is not None:
+            answers = [a[part] for a in answers]
+        return not _equal(answers[0], answers[1], RTOL, ATOL, nan=True)
+
+    return exercised
 
 
 def _first(answer: object, call: Call, what: str) -> np.ndarray:
@@ -92,7 +113,9 @@ _MASKS = {"causal": 0, "one_ahead": 1, "hides_diagonal": -1}
 
 def _block_variant(norm="pre", mask="causal", activation="gelu", residual=True):
     """A Block with some of its choices wrong (the spec's knobs)."""
-    act = {"gelu": F.gelu, "relu": torch.relu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh")}[activation]
+    act = {"gelu": F.gelu, "relu": torch.relu, "tanh_gelu": lambda t: F.gelu(t, approximate="tanh"),
+           "none": lambda t: t}[activation]
+    post = {"pre": (), "post": (0, 1), "post_attention": (0,), "post_mlp": (1,)}[norm]   # the post-norm sublayers
 
     class Block(ref.Block):
         def mask(self, length):
@@ -104,8 +127,8 @@ def _block_variant(norm="pre", mask="causal", activation="gelu", residual=True):
             return self.dropout(self.linear2(self.dropout(act(self.linear1(h)))))
 
         def forward(self, x):
-            for sublayer, layer_norm in ((self.attend, self.norm1), (self.mlp, self.norm2)):
-                if norm == "post":
+            for i, (sublayer, layer_norm) in enumerate(((self.attend, self.norm1), (self.mlp, self.norm2))):
+                if i in post:
                     x = layer_norm(x + sublayer(x))
                 else:
                     x = (x if residual else 0) + sublayer(layer_norm(x))
@@ -135,6 +158,14 @@ class _TorchAttentionBlock(ref.Block):
 
 BLOCK = Spec(
     id="gpt-Block",
+    rules=(
+        Rule("position t attends to positions 0 ... t only", _differs("gpt-Block", _block_variant(mask="none"),
+                                                                      "gpt.block", ref.Block)),
+        Rule("and to itself", _differs("gpt-Block", _block_variant(mask="hides_diagonal"), "gpt.block", ref.Block)),
+        Rule("pre-norm: x + sublayer(norm(x))", _differs("gpt-Block", _block_variant(norm="post"), "gpt.block",
+                                                         ref.Block)),
+        Rule("the exact GELU", _differs("gpt-Block", _block_variant(activation="tanh_gelu"), "gpt.block", ref.Block)),
+    ),
     function="Block",
     driver="gpt.block",
     inputs=_block_calls,
@@ -145,13 +176,21 @@ BLOCK = Spec(
     variant=_block_variant,
     knobs=(
         Knob("norm", (("post", "it normalizes after the residual sum, norm(x + sublayer(x)): the 2017 paper's "
-                               "post-norm. This block is pre-norm, as in GPT-2: x + sublayer(norm(x))"),)),
+                               "post-norm. This block is pre-norm, as in GPT-2: x + sublayer(norm(x))"),
+                      ("post_attention", "the attention sublayer normalizes after the residual sum, norm1(x + "
+                                         "attn(x)): both sublayers are pre-norm, x + sublayer(norm(x)) "
+                                         "(sublayer_connection(..., norm_first=True))"),
+                      ("post_mlp", "the MLP sublayer normalizes after the residual sum, norm2(x + mlp(x)): both "
+                                   "sublayers are pre-norm, x + sublayer(norm(x)) (sublayer_connection(..., "
+                                   "norm_first=True))"))),
         Knob("mask", (("none", "the self-attention has no causal mask, so position t reads the tokens after it. "
                                "Pass causal_mask(seq_len) to self.attn"),
                       ("one_ahead", "the causal mask lets each position see one token ahead (torch.tril(..., "
                                     "diagonal=1)): position t may attend to positions 0 ... t only"))),
         Knob("activation", (("relu", "the feed-forward network uses ReLU; GPT uses GELU: F.gelu(x), as "
                                      "torch's TransformerEncoderLayer(activation='gelu')"),
+                            ("none", "the feed-forward network has no activation, so linear2(linear1(h)) is one "
+                                     "linear map: apply F.gelu between the two layers"),
                             ("tanh_gelu", "the feed-forward network uses the tanh approximation of GELU "
                                           "(GPT-2's code); this block uses the exact GELU, F.gelu(x), as "
                                           "torch's TransformerEncoderLayer(activation='gelu')"))),
@@ -177,7 +216,7 @@ def _model_calls(rng: np.random.Generator) -> list[Call]:
     asked = []
     for cfg, ids_shape in [
         (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=9, tie_weights=True), (2, 6)),
-        (dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=1, max_len=7, tie_weights=False), (3, 5)),
+        (dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=1, max_len=7, tie_weights=False), (3, 7)),
     ]:
         shapes = _model_shapes(cfg)
         spec, flat = _packed(cfg, shapes, draw_weights(rng, shapes))
@@ -221,7 +260,13 @@ def _after_head(fn):
 def _logits(answer: object, call: Call, what: str) -> np.ndarray:
     if not isinstance(answer, tuple) or len(answer) != 3:
         raise CheckFailed(f"{what}: expected the logits, one tensor (batch, seq_len, vocab_size)")
-    return to_array(answer[0], what)
+    logits = to_array(answer[0], what)
+    batch, length = np.shape(call.args[2])
+    if length > 1 and logits.ndim == 2 and logits.shape[0] == batch:
+        raise CheckFailed(f"{what} has shape {logits.shape}: the logits of the last position only. Return those of "
+                          f"every position, (batch, seq_len, vocab_size) = ({batch}, {length}, vocab_size): lm_head on "
+                          "the whole sequence (the loss scores every position, generation takes [:, -1] itself)")
+    return logits
 
 
 def _judge_model(case: Case) -> None:
@@ -236,8 +281,8 @@ def _judge_model(case: Case) -> None:
     value(case.answer, case.what)
     _logits(case.answer, case.call, case.what)
     _same_twice(case)
-    tied, count = (int(v) for v in np.asarray(case.answer[2]).reshape(-1)[:2])
-    want_tied, want_count = (int(v) for v in np.asarray(case.expected[2]).reshape(-1)[:2])
+    tied, count, other_p = (int(v) for v in np.asarray(case.answer[2]).reshape(-1)[:3])
+    want_tied, want_count, _ = (int(v) for v in np.asarray(case.expected[2]).reshape(-1)[:3])
     if tied != want_tied:
         case.fail("lm_head.weight should " + ("" if want_tied else "not ") + "be tok_embed.weight" +
                   (": with tie_weights=True, self.lm_head.weight = self.tok_embed.weight" if want_tied else
@@ -245,6 +290,10 @@ def _judge_model(case: Case) -> None:
     if count != want_count:
         case.fail(f"the model has {count} parameters; expected {want_count}")
     judge_case(case)
+    if other_p:
+        case.fail(f"the logits are right, but {other_p} of the model's nn.Dropout modules have another p than the "
+                  "dropout given, so training would drop another share: pass dropout on, to nn.Dropout(dropout) "
+                  "and to every Block(d_model, heads, d_ff, dropout)")
 
 
 class _SharedBlocks(ref.GPT):
@@ -272,6 +321,12 @@ class _SinusoidalModel(ref.GPT):
         del self.pos_embed
 
 
+class _BlocksWithoutDropout(ref.GPT):
+    def __init__(self, vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights=True, dropout=0.0):
+        super().__init__(vocab_size, d_model, heads, d_ff, layers, max_len, tie_weights, dropout)
+        self.blocks = torch.nn.ModuleList([self.block(d_model, heads, d_ff) for _ in range(layers)])
+
+
 class _NoLengthCheck(ref.GPT):
     def forward(self, ids):
         x = self.dropout(self.embed(ids))
@@ -282,6 +337,17 @@ class _NoLengthCheck(ref.GPT):
 
 GPT = Spec(
     id="gpt-GPT",
+    rules=(
+        Rule("ValueError if T > max_len", lambda call: call.raises == "ValueError"),
+        Rule("T = max_len is allowed", lambda call: not call.raises
+             and np.shape(call.args[2])[1] == json.loads(call.args[0])["max_len"]),
+        Rule("with tie_weights, lm_head.weight IS tok_embed.weight",
+             lambda call: not call.raises and json.loads(call.args[0])["tie_weights"]),
+        Rule("without tie_weights, lm_head is a parameter of its own",
+             lambda call: not call.raises and not json.loads(call.args[0])["tie_weights"]),
+        Rule("learned positions 0 ... T - 1", _differs("gpt-GPT", _model_variant(positions="from_one"), "gpt.model",
+                                                       ref.GPT, part=0)),
+    ),
     function="GPT",
     driver="gpt.model",
     inputs=_model_calls,
@@ -322,6 +388,10 @@ GPT = Spec(
         Mistake("sinusoidal_positions", "has no parameter pos_embed.weight", _SinusoidalModel),
         Mistake("functional_dropout", "dropout is still on in eval mode", _FunctionalDropoutModel),
         Mistake("no_length_check", "raise ValueError for a sequence longer than max_len", _NoLengthCheck),
+        Mistake("blocks_without_dropout", "to every Block(d_model, heads, d_ff, dropout)", _BlocksWithoutDropout),
+    ),
+    equivalent=(
+        ("L31 1 -> 0", "only the text of the ValueError changes (it names the batch size, not the length)"),
     ),
 )
 
@@ -333,19 +403,33 @@ def _loss_calls(rng: np.random.Generator) -> list[Call]:
     for batch, length, vocab, pad, lengths in [(3, 6, 7, 0, (6, 3, 5)), (2, 5, 9, 4, (5, 2))]:
         logits = rng.normal(scale=2.0, size=(batch, length, vocab))
         ids = _tokens(rng, batch, length, vocab, pad, lengths)
+        if pad:
+            ids[0, 1] = 0  # a target 0 that is not padding: ignore_index=pad_id, not 0
         what = f"next_token_loss(logits {logits.shape}, ids {ids.shape}, pad_id={pad})"
         asked.append(Call((logits, ids, pad), what=what))
     return asked
 
 
-def _loss_variant(shift="right", pad="ignored", reduction="tokens"):
+# What F.log_softmax(z) or F.softmax(z) without dim normalises over: torch's legacy choice, dim 0 for a
+# 0-, 1- or 3-d tensor (the batch axis of (batch, seq_len, vocab) logits), else dim 1.
+IMPLICIT_DIM = ("the softmax runs over the batch axis: F.log_softmax(z) or F.softmax(z) without dim picks dim 0 "
+                "for a 3-d tensor (batch, seq_len, vocab_size), with a warning. Pass dim=-1, over the vocabulary")
+
+
+def _log_probabilities_over(z: torch.Tensor, dim: str) -> torch.Tensor:
+    """(batch, seq_len, vocab) logits -> log-probabilities over the vocabulary, or over ``dim="batch"``."""
+    return F.log_softmax(z, dim=0 if dim == "batch" else -1)
+
+
+def _loss_variant(shift="right", pad="ignored", reduction="tokens", dim="vocab"):
     """next_token_loss with some of its choices wrong (the spec's knobs)."""
 
     def next_token_loss(logits, ids, pad_id):
         z, target = {"right": (logits[:, :-1], ids[:, 1:]), "none": (logits, ids),
                      "reversed": (logits[:, 1:], ids[:, :-1])}[shift]
         ignore = {"ignored": pad_id, "counted": -100, "zero": 0}[pad]
-        per_token = F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="none")
+        per_token = F.nll_loss(_log_probabilities_over(z, dim).transpose(1, 2), target, ignore_index=ignore,
+                               reduction="none")
         kept = target != ignore
         if reduction == "sum":
             return per_token.sum()
@@ -364,8 +448,20 @@ def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
     return arr.reshape(())
 
 
+def _targets(ids: np.ndarray, pad: int) -> np.ndarray:
+    """Which of ids[:, 1:] are predicted (not pad)."""
+    return np.asarray(ids)[:, 1:] != pad
+
+
 NEXT_TOKEN_LOSS = Spec(
     id="gpt-next_token_loss",
+    rules=(
+        Rule("the targets equal to pad_id are ignored", lambda call: not _targets(*call.args[1:]).all()),
+        Rule("pad_id, not a fixed id: a target 0 that is not padding",
+             lambda call: call.args[2] != 0 and bool((np.asarray(call.args[1])[:, 1:] == 0).any())),
+        Rule("averaged over the targets: sentences with different numbers of them",
+             lambda call: len(set(_targets(*call.args[1:]).sum(1).tolist())) > 1),
+    ),
     function="next_token_loss",
     driver="tensors",
     inputs=_loss_calls,
@@ -384,6 +480,7 @@ NEXT_TOKEN_LOSS = Spec(
         Knob("reduction", (("sum", "it sums over the tokens; take the mean over the predicted (non-padding) tokens"),
                            ("sentences", "it averages per sentence, then over sentences; average over all "
                                          "predicted tokens of the batch at once"))),
+        Knob("dim", (("batch", IMPLICIT_DIM),)),
     ),
     hints=(
         Hint("a cross-entropy is never negative: take the log-probabilities, F.log_softmax(logits, -1), or pass the raw "
@@ -420,21 +517,27 @@ def _perplexity_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _perplexity_variant(weighting="tokens", pad="ignored", shift="right", base="e", evaluate=True):
+def _perplexity_variant(weighting="tokens", pad="ignored", shift="right", base="e", evaluate=True, dim="vocab"):
     """perplexity with some of its choices wrong (the spec's knobs)."""
 
     @torch.no_grad()
     def perplexity(model, batches, pad_id):
         if evaluate:
             model.eval()
-        losses, counts = [], []
+        losses, counts, sentences = [], [], []
         for ids in batches:
             logits = model(ids)
             z, target = (logits[:, :-1], ids[:, 1:]) if shift == "right" else (logits, ids)
             ignore = pad_id if pad == "ignored" else -100
-            losses.append(F.cross_entropy(z.transpose(1, 2), target, ignore_index=ignore, reduction="sum").item())
-            counts.append(int((target != ignore).sum()))
+            per_token = F.nll_loss(_log_probabilities_over(z, dim).transpose(1, 2), target, ignore_index=ignore,
+                                   reduction="none")
+            kept = (target != ignore).sum(1)
+            losses.append(per_token.sum().item())
+            counts.append(int(kept.sum()))
+            sentences += (per_token.sum(1)[kept > 0] / kept[kept > 0]).tolist()
         exp = math.exp if base == "e" else lambda x: 2.0 ** x
+        if weighting == "sentences":
+            return exp(sum(sentences) / len(sentences))
         if weighting == "batches":
             return exp(sum(loss / n for loss, n in zip(losses, counts)) / len(losses))
         if weighting == "perplexities":
@@ -463,8 +566,23 @@ def _judge_perplexity(case: Case) -> None:
     judge_case(case)
 
 
+def _batch_targets(call: Call) -> list[np.ndarray]:
+    """The number of predicted tokens of each sentence, per batch of a perplexity call."""
+    _, packed, shapes, pad = call.args
+    return [_targets(packed[i, :r, :c], pad).sum(1) for i, (r, c) in enumerate(np.asarray(shapes).tolist())]
+
+
 PERPLEXITY = Spec(
     id="gpt-perplexity",
+    rules=(
+        Rule("over every batch: batches with different numbers of predicted tokens",
+             lambda call: len({int(n.sum()) for n in _batch_targets(call)}) > 1),
+        Rule("over every predicted token: sentences with different numbers of them",
+             lambda call: len(set(np.concatenate(_batch_targets(call)).tolist())) > 1),
+        Rule("the targets that are pad_id are not predicted tokens",
+             lambda call: any(not _targets(call.args[1][i, :r, :c], call.args[3]).all()
+                              for i, (r, c) in enumerate(np.asarray(call.args[2]).tolist()))),
+    ),
     function="perplexity",
     driver="gpt.evaluation",
     inputs=_perplexity_calls,
@@ -478,7 +596,11 @@ PERPLEXITY = Spec(
                                        "much as a large one: sum the negative log-likelihoods of all tokens, divide "
                                        "by the number of predicted tokens, then exp"),
                            ("perplexities", "it averages the batches' perplexities: perplexity is the exp of the "
-                                            "mean loss over ALL predicted tokens, exp(total NLL / tokens)"))),
+                                            "mean loss over ALL predicted tokens, exp(total NLL / tokens)"),
+                           ("sentences", "it averages the sentences' mean losses, so a short sentence weighs as much "
+                                         "as a long one: sum the negative log-likelihoods of all tokens, divide by "
+                                         "the number of predicted tokens, then exp"))),
+        Knob("dim", (("batch", IMPLICIT_DIM),)),
         Knob("pad", (("counted", "the padding targets count as predicted tokens: leave out the targets equal to "
                                  "pad_id, from the losses and from the count"),)),
         Knob("shift", (("none", "it scores position t on token t, not t + 1: the predicted tokens are ids[:, 1:], "
@@ -511,6 +633,13 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
+def _sums_to_one_over(probs: np.ndarray, axis: int) -> bool:
+    """The sums along ``axis`` are 1, leaving out those with NaN (a column 0 / 0 where every row cut it)."""
+    sums = probs.sum(axis)
+    finite = np.isfinite(sums)
+    return bool(finite.any() and np.allclose(sums[finite], 1, atol=1e-4))
+
+
 def _probs_calls(rng: np.random.Generator) -> list[Call]:
     def logits(shape, temperature, top_k, top_p, scale):
         while True:  # no ties, and no cumulative sum near top_p: the cut is not a rounding question
@@ -535,9 +664,11 @@ def _probs_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="keep_crossing", order="k_first"):
+def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="keep_crossing", order="k_first",
+                   axis="vocab"):
     """next_token_probs with some of its choices wrong (the spec's knobs)."""
     rule = dict(temperature=temperature, top_k=top_k, renormalise=renormalise, top_p=top_p, order=order)
+    dim = 0 if axis == "batch" else -1   # the softmax's (the rest works on rows, as the learner's would)
 
     def cut_top_k(z, k):
         if k is None or k >= z.shape[-1]:
@@ -566,9 +697,9 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
             top_p = None
         cut = cut_top_k(z, top_k)
         if rule["renormalise"] == "none":          # the cut tokens zeroed in the uncut softmax
-            probs = torch.softmax(z, -1) * (cut > float("-inf"))
+            probs = torch.softmax(z, dim) * (cut > float("-inf"))
         else:
-            probs = torch.softmax(cut, -1)
+            probs = torch.softmax(cut, dim)
         if rule["temperature"] == "after_softmax":
             probs = probs / temperature
         probs = probs * kept_by_top_p(probs, top_p)
@@ -576,13 +707,40 @@ def _probs_variant(temperature="divide", top_k="k", renormalise="sum", top_p="ke
             return probs
         if rule["renormalise"] == "softmax_again":
             return torch.softmax(probs, -1)
+        if top_p is None and rule["temperature"] != "after_softmax":   # (as the reference: after a top-p cut, or
+            return probs                                                # after a temperature on probabilities)
         return probs / probs.sum(-1, keepdim=True)
 
     return next_token_probs
 
 
+# The logits are (batch, V), as the docstring says: the last axis is axis 1.
+_LAST_AXIS = "the logits are 2-d, (batch, V), as the docstring says: dim=1 is dim=-1"
+
 NEXT_TOKEN_PROBS = Spec(
     id="gpt-next_token_probs",
+    equivalent=(
+        *((f"L{line} -1 -> 1", _LAST_AXIS) for line in (12, 13, 15, 17, 18, 20, 22)),
+        ("L13 torch.topk(z, top_k, dim=-1) -> torch.topk(z, top_k)", "torch.topk's default dim is -1"),
+        ("L17 torch.sort(probs, dim=-1, descending=True) -> torch.sort(probs, descending=True)",
+         "torch.sort's default dim is -1"),
+        ("L12 top_k < z.shape[-1] -> top_k <= z.shape[-1]", "a top_k of V keeps every token either way: the V-th "
+                                                            "largest is the smallest, and nothing is below it"),
+        ("L19 before < top_p -> before <= top_p", "they differ only where the mass before a token equals top_p "
+                                                  "exactly, which the drawn inputs keep 0.03 away from: no rule, a "
+                                                  "rounding question (exercise-standard.md)"),
+    ),
+    rules=(
+        Rule("ValueError: temperature <= 0", lambda call: call.raises == "ValueError"),
+        Rule("divide by the temperature", lambda call: not call.raises and call.kwargs["temperature"] != 1),
+        Rule("keep the top_k largest", lambda call: (call.kwargs["top_k"] or np.inf) < np.shape(call.args[0])[-1]),
+        Rule("a top_k of the vocabulary's size keeps every token",
+             lambda call: call.kwargs["top_k"] == np.shape(call.args[0])[-1]),
+        Rule("top-p: the one that crosses it included", _differs(
+            "gpt-next_token_probs", _probs_variant(top_p="exclude_crossing"), None, ref.next_token_probs)),
+        Rule("top-k, softmax, then top-p", _differs(
+            "gpt-next_token_probs", _probs_variant(order="p_first"), None, ref.next_token_probs)),
+    ),
     function="next_token_probs",
     driver="tensors",
     inputs=_probs_calls,
@@ -604,13 +762,21 @@ NEXT_TOKEN_PROBS = Spec(
                                             "the crossing one included"),
                        ("vocab_order", "top-p sums the probabilities in vocabulary order: sort them, most "
                                        "probable first, before the cumulative sum"))),
+        Knob("axis", (("batch", "the softmax runs over the batch axis (dim 0), so each token's probabilities sum "
+                                "to 1 across the sequences: softmax over the vocabulary, the last axis, "
+                                "torch.softmax(z, dim=-1)"),)),
         Knob("order", (("p_first", "top-p is applied before top-k: cut top-k first, renormalise, then apply top-p "
                                    "to that distribution"),)),
     ),
     hints=(
+        Hint("the probabilities sum to 1 down each column, over the batch axis (dim 0), not along each row: the "
+             "softmax, and any renormalising, runs over the vocabulary, the last axis (dim=-1)",
+             lambda got, call: _sums_to_one_over(got, 0) and not _sums_to_one_over(got, -1),
+             example=lambda logits, temperature=1.0, top_k=None, top_p=None: (lambda p: p / p.sum(0, keepdim=True))(
+                 ref.next_token_probs(logits, temperature, top_k, top_p))),
         Hint("NaN in the probabilities: a row kept no token (0 / 0). Top-p must keep the token whose cumulative "
              "probability crosses top_p, so at least the most probable token stays",
-             lambda got, call: bool(np.isnan(got).any()),
+             lambda got, call: bool(np.isnan(got).all(-1).any()),
              example=lambda logits, temperature=1.0, top_k=None, top_p=None: ref.next_token_probs(
                  logits, temperature, top_k, top_p) * (float("nan") if top_p else 1.0)),
         Hint("the rows do not sum to 1: renormalise the kept probabilities",
@@ -643,14 +809,16 @@ def _cache_calls(rng: np.random.Generator) -> list[Call]:
     return asked
 
 
-def _cache_variant(positions="offset", append="once", mask="offset"):
+def _cache_variant(positions="offset", append="once", mask="offset", pair="keys_values"):
     """forward_cached with some of its choices wrong (the spec's knobs)."""
 
     def forward_cached(model, ids, cache=None):
         past = 0 if not cache else cache[0][0].shape[2]
         length = ids.shape[1]
         first = past if positions == "offset" else 0
-        x = model.tok_embed(ids) + model.pos_embed(torch.arange(first, first + length))
+        x = model.tok_embed(ids) + (0 if positions == "none" else model.pos_embed(torch.arange(first, first + length)))
+        if cache and pair == "swapped":   # the cached values read as keys, and the keys as values
+            cache = [(v, k) for k, v in cache]
         new_cache = []
         for i, block in enumerate(model.blocks):
             attn = block.attn
@@ -672,6 +840,8 @@ def _cache_variant(positions="offset", append="once", mask="offset"):
                 new_cache.append((torch.cat([k, k_new], dim=2), torch.cat([v, v_new], dim=2)))
             elif append == "new_only":
                 new_cache.append((k_new, v_new))
+            elif append == "nothing":
+                pass
             else:
                 new_cache.append((k, v))
         return model.lm_head(model.norm(x)), new_cache
@@ -700,6 +870,12 @@ def _judge_cache(case: Case) -> None:
 
 FORWARD_CACHED = Spec(
     id="gpt-forward_cached",
+    rules=(
+        Rule("new tokens at positions past ...: several of them after a cache",
+             lambda call: any(c > 1 for c in np.asarray(call.args[3])[1:])),
+        Rule("one token after a cache", lambda call: any(c == 1 for c in np.asarray(call.args[3])[1:])),
+        Rule("one (keys, values) pair per block: several blocks", lambda call: json.loads(call.args[0])["layers"] > 1),
+    ),
     function="forward_cached",
     driver="gpt.cached",
     inputs=_cache_calls,
@@ -710,13 +886,19 @@ FORWARD_CACHED = Spec(
     variant=_cache_variant,
     knobs=(
         Knob("positions", (("restart", "the new tokens get positions 0, 1, ... again: after `past` cached tokens "
-                                       "they are at past, past + 1, ...: pos_embed(torch.arange(past, past + t))"),)),
+                                       "they are at past, past + 1, ...: pos_embed(torch.arange(past, past + t))"),
+                           ("none", "the new tokens get no position embedding: add model.pos_embed(torch.arange("
+                                    "past, past + t)) to model.tok_embed(ids)"))),
+        Knob("pair", (("swapped", "the cached keys and values are read the other way round: each block's cache "
+                                  "is (keys, values), cache[i][0] the keys"),)),
         Knob("append", (("twice", "the new keys and values are appended twice: the cache for the next call is "
                                   "the concatenation itself, torch.cat([past_keys, new_keys], dim=2), not that with "
                                   "the new keys added again"),
                         ("new_only", "the cache returned holds only the new keys and values, so the next call "
                                      "forgets the earlier positions: return the concatenation of the past and the "
-                                     "new ones"))),
+                                     "new ones"),
+                        ("nothing", "the cache returned is empty, so the next call sees no earlier position: "
+                                    "append each block's (keys, values) to it"))),
         Knob("mask", (("none", "several new tokens in one call see each other's future: mask with new token i "
                                "attending to keys 0 ... past + i, torch.ones(t, past + t).tril(diagonal=past)"),
                       ("not_offset", "the causal mask is not shifted by the cached length: new token i may attend "
@@ -735,6 +917,9 @@ FORWARD_CACHED = Spec(
                 lambda model, ids, cache=None: (lambda out: (out[0][:, -1:], out[1]))(ref.forward_cached(
                     model, ids, cache)) if ids.shape[1] > 1 else ref.forward_cached(model, ids, cache)),
     ),
+    equivalent=tuple((name, "every block's keys and values hold the same number of positions, so past is read "
+                            "alike from the last block's or from the values") for name in
+                     ("L5 0 -> -1 #2", "L5 0 -> 1 #3", "L5 0 -> -1 #3")),
 )
 
 
@@ -771,7 +956,47 @@ def _beam_calls(rng: np.random.Generator) -> list[Call]:
         what = (f"beam_search(model, prompt of {len(prompt)} token(s), beam_size={beam}, max_new_tokens={steps}, "
                 f"eos_id={eos}, alpha={alpha}) on a stand-in model")
         asked.append(Call((table, np.array(prompt, dtype=np.int64), beam, steps, eos, alpha), what=what))
+    asked += [_finishing_trap(rng, 2), _finishing_trap(rng, 3)]
+    # every hypothesis finishes at the second step: the search stops with none alive
+    table = _log_probabilities(6, {2: {3: 0.5, 4: 0.4}, **{r: {1: 0.9} for r in (0, 1, 3, 4, 5)}})
+    asked.append(Call((table + rng.normal(scale=0.01, size=table.shape), np.array([2], dtype=np.int64), 2, 6, 1, 0.6),
+                      what="beam_search(model, prompt, beam_size=2, max_new_tokens=6, eos_id=1, alpha=0.6) on a "
+                           "stand-in model where every hypothesis finishes early"))
+    # EOS is never among the best: the best hypothesis is one still alive after max_new_tokens
+    table = rng.normal(scale=1.0, size=(7, 7))
+    table[:, 3] -= 8.0
+    asked.append(Call((table, np.array([5, 1], dtype=np.int64), 3, 4, 3, 0.6),
+                      what="beam_search(model, prompt of 2 tokens, beam_size=3, max_new_tokens=4, eos_id=3, "
+                           "alpha=0.6) on a stand-in model where no hypothesis finishes"))
     return asked
+
+
+def _log_probabilities(vocab: int, rows: dict) -> np.ndarray:
+    """A (vocab, vocab) table of log-probabilities (log_softmax leaves them as they are): row r
+    gives the tokens in rows[r] their probabilities and shares the rest evenly."""
+    table = np.full((vocab, vocab), 1.0 / vocab)
+    for r, chosen in rows.items():
+        table[r] = (1 - sum(chosen.values())) / (vocab - len(chosen))
+        table[r, list(chosen)] = list(chosen.values())
+    return np.log(table)
+
+
+def _finishing_trap(rng: np.random.Generator, beam_size: int) -> Call:
+    """A stand-in model where finishing at once has the best summed log-probability but not the
+    best penalised score, and where after EOS a cheap loop (EOS 3 EOS 3 ...) would score best if
+    a finished hypothesis kept growing. With beam_size 2 the winner also needs the beam's second
+    place after the prompt's continuation, which a finished hypothesis kept in the beam takes;
+    with 3 it does not, so the ranking alone is tested. Margins >= 0.1, noise 0.01."""
+    vocab, eos = 8, 2
+    table = _log_probabilities(vocab, {
+        1: {eos: 0.36, 4: 0.62},       # after the prompt: 4, or EOS (finished, the best raw score)
+        4: {6: 0.55, 7: 0.44},         # 6 is likelier, but leads nowhere: the winner goes through 7
+        7: {5: 0.97}, 5: {eos: 0.97},  # 4 7 5 EOS: the best score / ((5 + 4) / 6)
+        eos: {3: 0.97}, 3: {eos: 0.97},  # after EOS, a likely loop for a hypothesis that keeps growing
+    }) + rng.normal(scale=0.01, size=(vocab, vocab))
+    return Call((table, np.array([1], dtype=np.int64), beam_size, 5, eos, 1.0),
+                what=f"beam_search(model, prompt, beam_size={beam_size}, max_new_tokens=5, eos_id=2, alpha=1.0) on "
+                     "a stand-in model where the hypothesis with the best summed log-probability finishes first")
 
 
 def _beam_variant(finish="at_eos", final="normalized", length="generated"):
@@ -779,26 +1004,63 @@ def _beam_variant(finish="at_eos", final="normalized", length="generated"):
 
     @torch.no_grad()
     def beam_search(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+        def ended(seq):
+            return len(seq) > len(prompt) and seq[-1] == eos_id
+
         alive, finished = [(prompt.tolist(), 0.0)], []
         for _ in range(max_new_tokens):
-            logp = torch.log_softmax(model(torch.tensor([s for s, _ in alive]))[:, -1].double(), -1)
-            totals = torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp
-            best = torch.topk(totals.flatten(), min(beam_size, totals.numel())).indices.tolist()
-            alive_next = []
-            for flat in best:
-                beam, token = divmod(flat, logp.shape[-1])
-                hypothesis = (alive[beam][0] + [token], totals[beam, token].item())
-                (finished if token == eos_id and finish == "at_eos" else alive_next).append(hypothesis)
-            alive = alive_next
+            frozen = [h for h in alive if finish == "stay" and ended(h[0])]   # finished, still in the beam
+            growing = [h for h in alive if h not in frozen]
+            if not growing:
+                break
+            logp = torch.log_softmax(model(torch.tensor([s for s, _ in growing]))[:, -1].double(), -1)
+            totals = torch.tensor([score for _, score in growing], dtype=torch.float64)[:, None] + logp
+            grown = [(growing[b][0] + [t], totals[b, t].item()) for b in range(len(growing))
+                     for t in range(logp.shape[-1])]
+            best = sorted(frozen + grown, key=lambda h: -h[1])[:beam_size]
+            alive = []
+            for hypothesis in best:
+                done = ended(hypothesis[0]) and hypothesis not in frozen
+                if done and finish in ("at_eos", "also_alive"):
+                    finished.append(hypothesis)
+                if not done or finish != "at_eos":
+                    alive.append(hypothesis)
             if not alive:
                 break
         start = 0 if length == "with_prompt" else len(prompt)
-        ranked = [((score if final == "raw" else score / ref.length_penalty(len(seq) - start, alpha)),
-                   seq[len(prompt):]) for seq, score in finished + alive]
-        score, tokens = max(ranked, key=lambda r: r[0])
-        return torch.tensor(tokens, dtype=torch.int64), score
+        hypotheses = finished + alive
+        longest = max(len(seq) for seq, _ in hypotheses)
+
+        def penalised(seq, score):
+            return score / ref.length_penalty((longest if final == "one_penalty" else len(seq)) - start, alpha)
+
+        rank = (lambda h: h[1]) if final in ("raw", "rank_raw") else (lambda h: penalised(*h))
+        seq, score = max(hypotheses, key=rank)
+        return torch.tensor(seq[len(prompt):], dtype=torch.int64), score if final == "raw" else penalised(seq, score)
 
     return beam_search
+
+
+def _beam_answer(call: Call) -> tuple:
+    """The reference's (tokens, score) for a beam_search call, as the driver hands them back."""
+    from coursekit.drivers.gpt import beam
+
+    tokens, score = beam(ref.beam_search)(*call.args)
+    return tokens.numpy(), score
+
+
+def _steps_run(call: Call) -> int:
+    """How many steps the reference's search ran (its stand-in model counts its calls)."""
+    from coursekit.drivers.gpt import _bigram
+
+    table, prompt, beam_size, max_new_tokens, eos_id, alpha = call.args
+    model = _bigram(table, 0.0).eval()
+    ref.beam_search(model, torch.tensor(prompt), beam_size, max_new_tokens, eos_id, alpha)
+    return len(model.modes)
+
+
+def _beam_differs(other: object, part: int | None = None):
+    return _differs("gpt-beam_search", other, "gpt.beam", ref.beam_search, part)
 
 
 def _judge_beam(case: Case) -> None:
@@ -836,15 +1098,50 @@ BEAM_SEARCH = Spec(
     variant=_beam_variant,
     knobs=(
         Knob("finish", (("never", "a hypothesis that produces EOS is never finished: it stays among the beams and "
-                                  "keeps growing. Set it aside as finished when its last token is eos_id"),)),
+                                  "keeps growing. Set it aside as finished when its last token is eos_id"),
+                        ("also_alive", "a hypothesis that ends in EOS is recorded as finished but also stays among "
+                                       "the beams, where it keeps growing and takes a place: set it aside, out of "
+                                       "the beams, when its last token is eos_id"),
+                        ("stay", "a finished hypothesis (its last token eos_id) stays in the beam and takes one of "
+                                 "its beam_size places: set it aside, so that the beam keeps the best continuations "
+                                 "of the unfinished hypotheses only"))),
         Knob("final", (("raw", "it compares the summed log-probabilities without the length penalty, which favours "
-                               "short hypotheses: divide each by ((5 + n) / 6) ** alpha, n its number of new tokens"),)),
+                               "short hypotheses: divide each by ((5 + n) / 6) ** alpha, n its number of new tokens"),
+                       ("rank_raw", "it picks the hypothesis with the best summed log-probability and divides only "
+                                    "the winner's by the length penalty: rank every hypothesis by score / ((5 + n) "
+                                    "/ 6) ** alpha, which favours short ones less"),
+                       ("one_penalty", "every hypothesis is divided by one length penalty, that of the longest, which "
+                                       "leaves the ranking of the summed log-probabilities: each needs its own, "
+                                       "((5 + n) / 6) ** alpha with n its own number of new tokens"))),
         Knob("length", (("with_prompt", "the length penalty counts the prompt: n is the number of new tokens "
                                         "(EOS included), not the whole sequence"),)),
     ),
     errors=(
         Raises("{what} raised {error}", example=lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6:
                model(prompt)[beam_size]),
+    ),
+    rules=(
+        Rule("the beam_size best continuations of all beams: greedy decoding finds another hypothesis",
+             _beam_differs(lambda model, prompt, beam_size, *rest: ref.beam_search(model, prompt, 1, *rest), 0)),
+        Rule("a finished hypothesis is set aside: kept in the beam, it takes a place another needs",
+             _beam_differs(_beam_variant(finish="stay"))),
+        Rule("a length penalty that changes the ranking", _beam_differs(_beam_variant(final="rank_raw"), 0)),
+        Rule("each hypothesis is divided by the penalty of its own length",
+             _beam_differs(_beam_variant(final="one_penalty"), 0)),
+        Rule("stop when none is alive", lambda call: _steps_run(call) < call.args[3]),
+        Rule("or return a still alive hypothesis", lambda call: _steps_run(call) == call.args[3]
+             and _beam_answer(call)[0][-1:].tolist() != [call.args[4]]),
+    ),
+    equivalent=(
+        ("L11 -1 -> 1 #2", "the log-probabilities are 2-d, (alive, V): dim=1 is dim=-1"),
+        ("L14 -1 -> 1", "logp is 2-d, (alive, V): shape[1] is shape[-1]"),
+        ("L12 torch.tensor([score for _, score in alive], dtype=torch.f... -> torch.tensor([score for _, score in "
+         "alive])", "the running scores rounded to float32 (relative 6e-8) are added to float64 log-probabilities: "
+                    "far below the score's tolerance (1e-5) and the gaps between the drawn hypotheses' scores"),
+        ("L13 min(beam_size, scores.numel()) -> min(scores.numel(), beam_size)", "min is symmetric"),
+        ("L25 max(ranked, key=lambda r: r[0]) -> max(ranked)", "ranked holds (score, tokens): max compares the "
+                                                               "scores first, and the inputs never tie them"),
+        ("L26 torch.tensor(tokens, dtype=torch.int64) -> torch.tensor(tokens)", "a list of Python ints is int64"),
     ),
 )
 

@@ -15,6 +15,7 @@ Korean and English, with special tokens, characters no tokenizer has seen and od
 """
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from typing import Callable
@@ -25,7 +26,7 @@ from coursekit.drivers.tokenization import words_table
 from coursekit.protocol import Raised, Unsupported
 from coursekit.translation import SPECIALS, UNK_ID, detokenize_ko, sample_sentence, to_english, to_korean
 
-from ._core import Call, Case, CheckFailed, Knob, Mistake, Raises, Spec, _equal, catalogued, judge_case
+from ._core import Call, Case, CheckFailed, Knob, Mistake, Raises, Rule, Spec, _equal, catalogued, judge_case
 from .reference import tokenization as ref
 
 # ---------------------------------------------------------------- answers as data
@@ -174,6 +175,24 @@ def _describe_pairs(case: Case) -> None:
     case.fail(f"{wrong} of {len(want)} counts are wrong: each occurrence of a pair adds the count of its word")
 
 
+def _crosses(call: Call) -> bool:
+    """The last symbol of a word and the first of the next (in the dict's order) make a pair
+    that stands inside no word: counting across words adds it."""
+    words = list(words_table(*call.args))
+    inside = {pair for word in words for pair in zip(word, word[1:])}
+    return any((a[-1], b[0]) not in inside for a, b in zip(words, words[1:]))
+
+
+PAIRS_RULES = (
+    Rule("a pair at two places in one word", lambda call: any(
+        len(set(zip(w, w[1:]))) < len(w) - 1 for w in words_table(*call.args))),
+    Rule("words of counts other than 1: each occurrence of a pair adds its word's count",
+         lambda call: any(n > 1 for n in words_table(*call.args).values())),
+    Rule("a word of one symbol has no pairs", lambda call: any(len(w) == 1 for w in words_table(*call.args))),
+    Rule("pairs never cross from one word to the next", _crosses),
+)
+
+
 COUNT_PAIRS = Spec(
     id="tokenization-count_pairs",
     function="count_pairs",
@@ -183,6 +202,7 @@ COUNT_PAIRS = Spec(
     prepare=_table("strings", "strings", "ints"),
     judge=_judged(_describe_pairs),
     rtol=0.0, atol=0.0,
+    rules=PAIRS_RULES,
     mistakes=(
         Mistake("across_words", "it counts pairs across word boundaries (the last symbol of one word with the "
                 "first of the next): count inside each word only, a merge never joins two words", _across_words),
@@ -206,27 +226,36 @@ COUNT_PAIRS = Spec(
 
 
 def _merge_inputs(rng: np.random.Generator) -> list[Call]:
+    """Two corpora mid-training and a pair for each (the second a pair of two equal symbols),
+    with the words each rule of the docstring needs (``MERGE_RULES``)."""
     words = _mid_training(rng, 4)
     a, b = sorted({s for w in words for s in w if s.strip()})[-2:]
     spaced = next((s for w in words for s in w if s.startswith(" ") and len(s) > 1), " " + a)  # a leading space
     other = sorted({s for w in words for s in w if s.strip() and s not in (a, b)})[0]
     words[(spaced, a, b, spaced, a, b)] = int(rng.integers(2, 10))  # the pair twice in one word
     words[(other + a, b, b)] = int(rng.integers(2, 10))              # a symbol that ends in a: no place to merge
+    words[(a, b + other)] = int(rng.integers(2, 10))                 # a symbol that starts with b: none either
+    words[(" ", a, b)] = int(rng.integers(2, 5))                     # two words that become equal: the counts add
+    words[(" ", a + b)] = int(rng.integers(5, 10))
     first = Call(_flat(words) + (a, b), what=f"merge_pair(words, pair) for {len(words)} words")
     words = _mid_training(rng, 0)
     a = sorted({s for w in words for s in w if s.strip()})[0]
     words[(a, a, a)] = int(rng.integers(2, 10))                      # overlapping: the first two merge
     words[(" ", a, a, a, a)] = int(rng.integers(2, 10))
+    words[(" ", a, a, a)] = int(rng.integers(2, 5))                  # becomes (" ", aa, a), as the next one
+    words[(" ", a + a, a)] = int(rng.integers(5, 10))
     return [first, Call(_flat(words) + (a, a), what=f"merge_pair(words, pair) for {len(words)} words and a "
                                                      "pair of two equal symbols")]
 
 
-def _merging(merge_word: Callable[[tuple, str, str], tuple]):
+def _merging(merge_word: Callable[[tuple, str, str], tuple], add: bool = True):
+    """A learner's merge_pair that merges each word with ``merge_word``; ``add=False`` writes
+    each merged word's count over the count of an equal word merged before it."""
     def merge_pair(words, pair):
         merged = {}
         for word, count in words.items():
             new = merge_word(word, *pair)
-            merged[new] = merged.get(new, 0) + count
+            merged[new] = merged.get(new, 0) + count if add else count
         return merged
     return merge_pair
 
@@ -250,22 +279,81 @@ def _no_skip(word, a, b):
     return tuple(out)
 
 
-def _replaced(word, a, b):
-    return tuple(" ".join(word).replace(f"{a} {b}", a + b).split(" "))
+def _replaced(word, a, b, separator=" "):
+    """str.replace on the symbols joined by ``separator``: it also matches a symbol that only
+    ends with a (or starts with b), and a space separator cuts a symbol that holds a space."""
+    return tuple(separator.join(word).replace(f"{a}{separator}{b}", a + b).split(separator))
 
 
 def _describe_merged(case: Case) -> None:
+    """What a wrong merge_pair did, from what its answer holds: symbols no merge makes (an empty
+    one, one across a symbol boundary), words that lost their space or a character, counts that
+    do not add up, or words merged differently."""
+    words, (left, right) = words_table(*case.call.args[:3]), case.call.args[3:5]
     got, want = (words_table(*case.spec.prepare(answer, case.call, case.what))
                  for answer in (case.answer, case.expected))
+    if any("" in word for word in got):
+        case.fail("a word has an empty symbol '': splitting a joined string on ' ' cuts a symbol that holds a "
+                  "space (a word's leading space) in two; keep each word a tuple of symbols, pair by pair")
     spelled = {"".join(w) for w in want}
     if any("".join(w) not in spelled for w in got):
+        if {"".join(w) for w in got} - spelled <= {w.replace(" ", "") for w in spelled}:
+            case.fail("a word lost its space: the leading space ' ' (where a word starts) is a symbol, or part of "
+                      "one, and must stay in the word (does a split() or strip() drop it?)")
         case.fail("the symbols of a word no longer spell a word of the input: merging must keep every "
                   "character, in order (only two neighbouring symbols become one)")
+    made = {s for w in got for s in w} - {s for w in words for s in w} - {left + right}
+    if made:
+        case.fail("it merges across symbol boundaries: it makes a symbol that is no symbol of the input and not "
+                  "left + right, joining a symbol that only ends with left (or starts with right) to its "
+                  "neighbour, as str.replace on the joined symbols does; compare whole symbols, pair by pair")
+    if set(got) == set(want) and all(got[w] <= n for w, n in want.items()):
+        case.fail("words that become equal after the merge keep one count: their counts must add up "
+                  "(merged[new] = merged.get(new, 0) + count, or a Counter's +=), not overwrite each other")
     if sum(got.values()) != sum(want.values()):
         case.fail("the counts do not add up to the input's: every word keeps its count")
     wrong = sum(got.get(w) != n for w, n in want.items())
     case.fail(f"{wrong} of the {len(want)} words {'is' if wrong == 1 else 'are'} merged differently: replace each "
               "(left, right) side by side, from the left, by left + right, and step past the new symbol")
+
+
+def _merge_case(call: Call) -> tuple[dict, tuple[str, str]]:
+    """A merge_pair question as (words, pair)."""
+    return words_table(*call.args[:3]), tuple(call.args[3:5])
+
+
+def _pair_places(word: tuple, left: str, right: str) -> int:
+    """How often (left, right) is merged in ``word`` (from the left, stepping past each)."""
+    return len(word) - len(ref.merge_word(word, left, right))
+
+
+def _part_of_a_symbol(words: dict, left: str, right: str) -> bool:
+    """A symbol ends with left before right, and one starts with right after left, without
+    being them: only whole symbols merge, on either side."""
+    sides = [(x, y) for w in words for x, y in zip(w, w[1:])]
+    return (any(x != left and x.endswith(left) and y == right for x, y in sides)
+            and any(x == left and y != right and y.startswith(right) for x, y in sides))
+
+
+def _overlapping(call: Call) -> bool:
+    """The pair is two equal symbols (a, a) and a word holds a run of three or more a: fewer
+    merges than places where the pair starts."""
+    words, (left, right) = _merge_case(call)
+    return left == right and any(_pair_places(w, left, right) < sum(p == (left, right) for p in zip(w, w[1:]))
+                                 for w in words)
+
+
+MERGE_RULES = (
+    Rule("words that become equal after a merge add their counts",
+         lambda call: len(ref.merge_pair(*_merge_case(call))) < len(_merge_case(call)[0])),
+    Rule("the pair at two places in one word",
+         lambda call: any(_pair_places(w, *_merge_case(call)[1]) > 1 for w in _merge_case(call)[0])),
+    Rule("symbols compared whole: a symbol that ends with left or starts with right is not merged",
+         lambda call: _part_of_a_symbol(_merge_case(call)[0], *_merge_case(call)[1])),
+    Rule("a symbol that holds a space (a word's leading space) is merged",
+         lambda call: any(" " in s and len(s) > 1 for w in ref.merge_pair(*_merge_case(call)) for s in w)),
+    Rule("(a, a, a) with the pair (a, a) merges the first two and steps past both", _overlapping),
+)
 
 
 MERGE_PAIR = Spec(
@@ -285,7 +373,11 @@ MERGE_PAIR = Spec(
         Mistake("string_replace", "it joins the symbols with spaces and uses str.replace: a symbol that holds a "
                 "space (a word's leading space) falls apart, and 'b c' also matches inside 'ab c'; compare "
                 "whole symbols, pair by pair", _merging(_replaced)),
+        Mistake("counts_overwritten", "words that become equal after the merge keep one count: their counts must "
+                "add up (merged[new] = merged.get(new, 0) + count, or a Counter's +=), not overwrite each other",
+                _merging(ref.merge_word, add=False)),
     ),
+    rules=MERGE_RULES,
     figures=("tokenization-merge_pair-figure",),
 )
 
@@ -310,9 +402,12 @@ def _learner_words(text: str, words: str, specials: str) -> list[str]:
 
 
 def _train_variant(tie: str = "smallest", recount: bool = True, words: str = "pretokenize",
-                   specials: str = "skip", weights: bool = True, stop: bool = True):
+                   specials: str = "skip", weights: bool = True, stop: bool = True, merge: str = "pairs"):
     """train_bpe as a learner writes it, with one choice per knob (the defaults are right);
-    ``stop=False`` forgets to stop when no pair is left (an error rule's example)."""
+    ``stop=False`` forgets to stop when no pair is left (an error rule's example); ``merge``
+    "joined" merges by str.replace on the symbols joined by "|" (a catalogued mistake)."""
+    merge_pair = _merging(lambda word, a, b: _replaced(word, a, b, "|")) if merge == "joined" else ref.merge_pair
+
     def train_bpe(text, num_merges):
         counts = {}
         for word in _learner_words(text, words, specials):
@@ -326,7 +421,7 @@ def _train_variant(tie: str = "smallest", recount: bool = True, words: str = "pr
             best = TIES[tie](pairs)
             if not recount:
                 del pairs[best]
-            counts = ref.merge_pair(counts, best)
+            counts = merge_pair(counts, best)
             merges.append(best)
         return merges
     return train_bpe
@@ -343,8 +438,9 @@ TRAIN_KNOBS = (
     Knob("words", (("whole", "it merges across word boundaries: the text is one sequence of characters, so a pair "
                              "can join the end of one word to the space of the next; split the text into words "
                              "(pretokenize) and merge inside each word"),
-                   ("split", "it splits the text with str.split(), which drops the spaces and line breaks: the words "
-                             "keep their leading space (use pretokenize), or decoding cannot put the text back"))),
+                   ("split", "the words lose their spaces (str.split(), or strip()), and the line breaks are dropped: "
+                             "the words keep their leading space (use pretokenize as it is), or decoding cannot put "
+                             "the text back"))),
     Knob("specials", (("keep", "special tokens are merged: a special token such as <eos> in the text is a word of its "
                                "own that is never split or merged; leave the special words out of the counts"),)),
     Knob("weights", ((False, "each distinct word counts once: weight every word by how often it occurs in the text "
@@ -365,6 +461,15 @@ def _told_apart(calls: list[Call]) -> bool:
     return len(set(told)) == len(told)
 
 
+def _chained(rng: np.random.Generator) -> str:
+    """Lines xy, xyz and yz of three syllables: (x, y) is merged first, then (y, z), which must
+    not merge inside the word (xy, z), where y is only the end of a symbol; then (xy, z)."""
+    x, y, z = rng.choice(sorted(set("".join(_sentences(rng, 2, 0))) - {" "}), size=3, replace=False)
+    lines = [x + y] * 5 + [x + y + z] + [y + z] * 4
+    rng.shuffle(lines)
+    return "\n".join(lines)
+
+
 def _train_inputs(rng: np.random.Generator) -> list[Call]:
     """A text of seven lines, each ending in <eos>, and a tiny text that runs out of pairs;
     drawn again until the catalogued ways of training are told apart (``_told_apart``)."""
@@ -374,7 +479,8 @@ def _train_inputs(rng: np.random.Generator) -> list[Call]:
         tiny = " ".join(_sentences(rng, 1, 0)[0].split()[:2])
         calls = [Call((text, 12), what=f"train_bpe(text, 12) on {len(lines)} lines of Korean and English, each "
                                         "ending in <eos>"),
-                 Call((tiny, 40), what="train_bpe(text, 40) on a text of two words, fewer pairs than merges")]
+                 Call((tiny, 40), what="train_bpe(text, 40) on a text of two words, fewer pairs than merges"),
+                 Call((_chained(rng), 4), what="train_bpe(text, 4) on a text of short lines")]
         if _told_apart(calls):
             return calls
     raise RuntimeError("no hidden text tells the ways of training apart")  # (never seen: a course bug)
@@ -390,6 +496,12 @@ def _describe_training(case: Case) -> None:
     text, _ = case.call.args
     got, want = (_merges_of(case.spec.prepare(answer, case.call, case.what)) for answer in (case.answer, case.expected))
     words = ref.word_counts(text)
+    apart = next((k for k, (mine, right) in enumerate(zip(got, want)) if mine != right), None)
+    spaced = [any(" " in left + right for left, right in merges[apart or 0:]) for merges in (got, want)]
+    if apart is not None and spaced == [False, True] and all(all(m) for m in got):  # ('' has its own diagnosis)
+        case.fail(f"from merge {apart + 1} on, no merge holds a space where BPE's do: the words lose their spaces; "
+                  "each word of pretokenize(text) keeps the space before it (' the'), and so must its symbols (does "
+                  "a split(), a strip() or a split of joined symbols drop it?)")
     for k, (mine, right) in enumerate(zip(got, want)):
         if mine != right:
             _left_the_rule(case, k, mine, right, words)
@@ -433,6 +545,24 @@ def _left_the_rule(case: Case, k: int, mine: tuple, right: tuple, words: dict) -
               "weighted by how often it occurs")
 
 
+def _knob_rule(name: str, **wrong) -> Rule:
+    """A rule whose right answer differs, on the call, from train_bpe with ``wrong`` knob settings."""
+    return Rule(name, lambda call: _train_variant(**wrong)(*call.args) != ref.train_bpe(*call.args))
+
+
+TRAIN_RULES = (
+    _knob_rule("ties go to the smallest (left, right), not to the pair seen first", tie="first_seen"),
+    _knob_rule("ties go to the smallest (left, right), not to the largest", tie="largest"),
+    _knob_rule("the pairs are counted again after every merge", recount=False),
+    _knob_rule("merges never cross from one word to the next", words="whole"),
+    _knob_rule("a word keeps the space before it (no str.split())", words="split"),
+    _knob_rule("special tokens are left out of the counts", specials="keep"),
+    _knob_rule("each word is weighted by how often it occurs", weights=False),
+    Rule("training stops early when no pair is left", lambda call: len(ref.train_bpe(*call.args)) < call.args[1]),
+    _knob_rule("a merge joins whole symbols, never one that only ends with left", merge="joined"),
+)
+
+
 TRAINING = Spec(
     id="tokenization-train_bpe",
     function="train_bpe",
@@ -445,6 +575,12 @@ TRAINING = Spec(
     rtol=0.0, atol=0.0,
     knobs=TRAIN_KNOBS,
     variant=_train_variant,
+    mistakes=(
+        Mistake("merged_across_symbols", "a merge also joins symbols that only end with left (or start with right): "
+                "str.replace on a word's symbols joined by a separator matches 'y|z' inside 'xy|z'; merge whole "
+                "symbols, pair by pair (merge_pair)", _train_variant(merge="joined")),
+    ),
+    rules=TRAIN_RULES,
     errors=(
         Raises("{what} raised {error}: no pair is left before num_merges merges (every word is one symbol); "
                "stop when count_pairs finds none",
@@ -482,31 +618,77 @@ def _longest_match(word: str, tokens) -> tuple[str, ...]:
     return tuple(symbols)
 
 
-def _greedy_differs(tokens, merges) -> str | None:
-    """A word whose greedy longest match is not its BPE segmentation: x + y + z where the merge
-    (y, z) comes before (x, y), so BPE makes (x, yz) and the greedy match (xy, z); None if the
-    merges hold no such chain."""
-    for r, (y, z) in enumerate(merges):
-        for x, later in merges[r + 1:]:
-            if later == y and ref.segment(x + y + z, merges) != _longest_match(x + y + z, tokens):
-                return x + y + z
-    return None
+def _longest_from_the_right(word: str, tokens) -> tuple[str, ...]:
+    """The greedy segmentation from the end: the longest token that ends the word, else one character."""
+    return tuple(s[::-1] for s in reversed(_longest_match(word[::-1], [t[::-1] for t in tokens])))
+
+
+def _longest_first(word: str, tokens) -> tuple[str, ...]:
+    """The longest token anywhere in the word (the leftmost of equals), then each side the same way."""
+    if not word:
+        return ()
+    found = max(((len(t), -word.find(t), t) for t in set(tokens) if t in word), default=None)
+    if found is None:
+        return tuple(word)
+    start = -found[1]
+    return _longest_first(word[:start], tokens) + (found[2],) + _longest_first(word[start + found[0]:], tokens)
+
+
+# The greedy segmentations a learner may write for BPE's: each must differ from BPE on some word
+# of every seed's text (the hidden inputs draw such words: ``_greedy_words``).
+GREEDY = {"from the left": _longest_match, "from the right": _longest_from_the_right,
+          "the longest token first": _longest_first}
+
+
+def _greedy_words(tokens, merges) -> list[str] | None:
+    """Words (with their leading space, or none) on which each greedy segmentation leaves BPE's,
+    and each leaves each other one, as few as will do; None if the candidates cannot tell some
+    two apart.
+
+    The candidates are chains x + y + z of two merges that share y: where (y, z) comes before
+    (x, y), BPE makes (x, yz) and a longest match from the left (xy, z); where (x, y) comes
+    first, BPE makes (xy, z) and a longest match from the right (x, yz)."""
+    chains = [x + y + z for (x, y), (y2, z) in itertools.permutations(merges, 2) if y == y2]
+    candidates = list(dict.fromkeys(w for chain in chains
+                                    for w in ([chain] if chain.startswith(" ") else [chain, " " + chain])))
+    ways = {"BPE": lambda word, _: ref.segment(word, merges), **GREEDY}
+    apart = {word: {(a, b) for a, b in itertools.combinations(ways, 2) if ways[a](word, tokens) != ways[b](word, tokens)}
+             for word in candidates}
+    chosen: list[str] = []
+    for pair in itertools.combinations(ways, 2):
+        if not any(pair in apart[w] for w in chosen):
+            telling = [w for w in candidates if pair in apart[w]]
+            if not telling:
+                return None
+            chosen.append(max(telling, key=lambda w: len(apart[w])))
+    return chosen
+
+
+def _twice(tokens, merges) -> str | None:
+    """A word that holds a merged token twice, on which merging only at a merge's first place
+    leaves BPE's segmentation (the longest such token), or None."""
+    merged = sorted((t for t in tokens if len(t) > 1 and not t.startswith(" ")), key=lambda t: (-len(t), t))
+    return next((" " + t * 2 for t in merged
+                 if _segment(" " + t * 2, tokens, merges, "first_only") != ref.segment(" " + t * 2, merges)), None)
 
 
 def _encode_inputs(rng: np.random.Generator) -> list[Call]:
-    for _ in range(50):  # (a corpus whose merges hold no chain is drawn again)
+    """Four texts for one tokenizer: a sentence with words that tell BPE from a merge at its
+    first place only and from each greedy match; special tokens; characters no token covers,
+    with byte fallback and without (``ENCODE_RULES``)."""
+    for _ in range(50):  # (a corpus whose merges hold no telling words is drawn again)
         _, tokens, merges = _tokenizer(rng)
-        greedy = _greedy_differs(tokens, merges)
-        if greedy:
+        greedy, twice = _greedy_words(tokens, merges), _twice(tokens, merges)
+        if greedy and twice:
             break
     else:
         raise RuntimeError("no corpus tells BPE from a greedy longest match")  # (never seen: a course bug)
-    merged = sorted((t for t in tokens if len(t) > 1 and not t.startswith(" ")), key=lambda t: (-len(t), t))
-    telling = f" {merged[0] * 2} {greedy}"  # a merged token twice in one word (its pair twice), and the chain
+    # a word with no leading space goes after a line break, where pretokenize starts a word without one
+    telling = twice + "".join(w if w.startswith(" ") else "\n" + w for w in greedy)
     first, second = _sentences(rng, 1, 1)
     odd = f"{first}\t🙂 café  語\n{second}"  # characters no token covers, a tab, two spaces, a line break
     lefts, rights = tuple(a for a, _ in merges), tuple(b for _, b in merges)
-    texts = [(f"{first}{telling}", True, "a sentence and two more words"),
+    texts = [(f"{first}{telling}", True, "a sentence and more words"),
              (f"<bos>{second}<eos><pad><pad> x<unk>y", True, "special tokens"),
              (odd, True, "characters no token covers"),
              (odd, False, "characters no token covers")]
@@ -515,19 +697,22 @@ def _encode_inputs(rng: np.random.Generator) -> list[Call]:
             for text, fallback, kind in texts]
 
 
+def _segment(word: str, tokens, merges, segmenting: str = "merges") -> tuple[str, ...]:
+    """A word's symbols as a learner's bpe_encode makes them: the merges in order, each at every
+    place ("merges") or at its first place only ("first_only"), or a greedy match (``GREEDY``)."""
+    if segmenting in GREEDY:
+        return GREEDY[segmenting](word, tokens)
+    symbols = tuple(word)
+    for left, right in merges:
+        symbols = _first_only(symbols, left, right) if segmenting == "first_only" else \
+            ref.merge_word(symbols, left, right)
+    return symbols
+
+
 def _encode_variant(specials: bool = True, words: str = "pretokenize", segmenting: str = "merges",
                     unknown: str = "fallback", byte_offset: int = ref.BYTE_OFFSET,
                     token_offset: int = ref.FIRST_TOKEN_ID):
     """bpe_encode as a learner writes it (the defaults are right)."""
-    def segment(word, tokens, merges):
-        if segmenting == "longest":
-            return _longest_match(word, tokens)
-        symbols = tuple(word)
-        for left, right in merges:
-            symbols = _first_only(symbols, left, right) if segmenting == "first_only" else \
-                ref.merge_word(symbols, left, right)
-        return symbols
-
     def bpe_encode(text, tokens, merges, byte_fallback=True):
         ids_of = {token: token_offset + i for i, token in enumerate(tokens)}
         pieces = ref.pretokenize(text) if specials else _WORD.findall(text)
@@ -538,7 +723,7 @@ def _encode_variant(specials: bool = True, words: str = "pretokenize", segmentin
             if specials and word in SPECIALS:
                 ids.append(SPECIALS.index(word))
                 continue
-            for symbol in segment(word, tokens, merges):
+            for symbol in _segment(word, tokens, merges, segmenting):
                 if symbol in ids_of:
                     ids.append(ids_of[symbol])
                 elif unknown == "bytes" or unknown == "fallback" and byte_fallback:
@@ -547,6 +732,11 @@ def _encode_variant(specials: bool = True, words: str = "pretokenize", segmentin
                     ids.append(UNK_ID)
         return ids
     return bpe_encode
+
+
+def _not_bytes(ids: list[int]) -> list[int]:
+    """The ids that are no byte id: special tokens and learned tokens."""
+    return [i for i in ids if not ref.BYTE_OFFSET <= i < ref.FIRST_TOKEN_ID]
 
 
 def _first_difference(a: str, b: str) -> int:
@@ -565,13 +755,83 @@ def _describe_encoding(case: Case) -> None:
                       "special-token string in the text is one id, 0-3, and bpe_encode adds none of its own)")
         if fallback and got.count(UNK_ID) > want.count(UNK_ID):
             case.fail("a character no token covers became <unk>: with byte_fallback it is kept as its UTF-8 bytes")
+        if fallback and _not_bytes(got) == _not_bytes(want):
+            case.fail("its ids do not decode back to the text: the tokens are right, but not the bytes of the "
+                      "characters no token covers; a character is 2-4 UTF-8 bytes (ch.encode('utf-8')), each byte b "
+                      "one id, 4 + b")
+        if back.replace(" ", "") == right.replace(" ", "") and len(back) < len(right):
+            case.fail("its ids do not decode back to the text: the space where a word starts is lost; each word of "
+                      "pretokenize(text) keeps the space before it, and so do its tokens (' the'): do not strip or "
+                      "split() the words")
         if back.split() == right.split():
             case.fail("its ids do not decode back to the text: spaces, tabs or line breaks are lost or changed")
         case.fail(f"its ids do not decode back to the text: from character {_first_difference(back, right) + 1} of "
                   f"{len(right)} on")
+    mine, bpe = _pieces_by_word(got, tokens, text), _pieces_by_word(want, tokens, text)
+    differ = [(m, b) for m, b in zip(mine or (), bpe) if m != b]
+    if differ and (_longer_where_apart(*differ[0]) or _longer_where_apart(differ[0][0][::-1], differ[0][1][::-1])):
+        case.fail("in a word it makes a longer token than the merges, in the order learned, make there: a greedy "
+                  "longest match does (the longest token that fits, WordPiece's way), and so do merges applied in "
+                  "another order; BPE applies merge 1 everywhere in the word, then merge 2, and so on")
+    if len(got) == len(want):
+        case.fail(f"its ids decode back to the text, as many tokens as BPE makes, but other ones: in each word apply "
+                  "every merge, in the order learned, at every place it fits")
     more = "more" if len(got) > len(want) else "fewer"
     case.fail(f"its ids decode back to the text, but as {len(got)} tokens where BPE makes {len(want)} ({more}): "
               "in each word apply every merge, in the order learned, at every place it fits")
+
+
+def _longer_where_apart(mine: list[bytes], bpe: list[bytes]) -> bool:
+    """Where two segmentations of a word first part (from its start), the first's token is the longer."""
+    return next((len(m) > len(b) for m, b in zip(mine, bpe) if m != b), False)
+
+
+def _pieces_by_word(ids: list, tokens, text: str) -> list[list[bytes]] | None:
+    """The bytes of each id, grouped by the words of ``text`` (pretokenize); None if an id's
+    bytes cross from one word to the next (ids that decode back to ``text``)."""
+    words, pieces, at = [], [], 0
+    ends = list(itertools.accumulate(len(w.encode("utf-8")) for w in ref.pretokenize(text)))
+    for i in ids:
+        piece = ref.id_bytes(i, list(tokens))
+        pieces.append(piece)
+        at += len(piece)
+        if at in ends:
+            words.append(pieces)
+            pieces = []
+        elif at > ends[len(words)]:
+            return None
+    return words
+
+
+def _encoded_words(call: Call) -> list[str]:
+    return [w for w in ref.pretokenize(call.args[0]) if w not in SPECIALS]
+
+
+def _greedy_rule(name: str) -> Rule:
+    def exercised(call: Call) -> bool:
+        _, tokens, lefts, rights, _ = call.args
+        merges = list(zip(lefts, rights))
+        return any(GREEDY[name](w, tokens) != ref.segment(w, merges) for w in _encoded_words(call))
+    return Rule(f"a word where the longest match ({name}) and the merges in the order learned disagree", exercised)
+
+
+def _uncovered(call: Call) -> list[str]:
+    """The characters of the call's words that no token covers."""
+    return [ch for w in _encoded_words(call) for ch in w if ch not in call.args[1]]
+
+
+ENCODE_RULES = tuple(_greedy_rule(name) for name in GREEDY) + (
+    Rule("a merge applied at every place in a word",
+         lambda call: any(_segment(w, (), list(zip(*call.args[2:4])), "first_only")
+                          != ref.segment(w, list(zip(*call.args[2:4]))) for w in _encoded_words(call))),
+    Rule("special-token strings in the text, one id each", lambda call: any(s in call.args[0] for s in SPECIALS)),
+    Rule("byte fallback: a character no token covers, of several UTF-8 bytes, becomes its bytes",
+         lambda call: call.args[4] and any(len(ch.encode("utf-8")) > 1 for ch in _uncovered(call))),
+    Rule("without byte fallback a character no token covers becomes <unk>",
+         lambda call: not call.args[4] and bool(_uncovered(call))),
+    Rule("whitespace that is a word of its own (two spaces, a tab, a line break)",
+         lambda call: any(w.isspace() for w in ref.pretokenize(call.args[0]))),
+)
 
 
 BPE_ENCODE = Spec(
@@ -588,13 +848,20 @@ BPE_ENCODE = Spec(
         Mistake("specials_split", "special tokens are split into characters: <pad>, <bos>, <eos> and <unk> in the "
                 "text are one token each, ids 0-3, never split or merged (pretokenize keeps them whole)",
                 _encode_variant(specials=False)),
-        Mistake("str_split", "it splits the text with str.split(): spaces and line breaks are lost, and the words "
-                "miss the leading space their tokens start with; use pretokenize(text)",
+        Mistake("str_split", "the words lose their spaces (str.split(), or strip()): spaces and line breaks are "
+                "lost, and the words miss the leading space their tokens start with; use the words of "
+                "pretokenize(text) as they are",
                 _encode_variant(words="split")),
         Mistake("first_place_only", "a merge is applied only at its first place in a word: merge every "
                 "occurrence, from the left", _encode_variant(segmenting="first_only")),
         Mistake("longest_match", "it takes the longest token that fits from the left (WordPiece's greedy match); "
-                "BPE applies the learned merges, in the order learned", _encode_variant(segmenting="longest")),
+                "BPE applies the learned merges, in the order learned", _encode_variant(segmenting="from the left")),
+        Mistake("longest_from_the_right", "it takes the longest token that ends the word, from the right (a greedy "
+                "match); BPE applies the learned merges, in the order learned",
+                _encode_variant(segmenting="from the right")),
+        Mistake("longest_token_first", "it takes the longest token found anywhere in the word first (a greedy "
+                "match); BPE applies the learned merges, in the order learned",
+                _encode_variant(segmenting="the longest token first")),
         Mistake("unk_with_fallback", "a character no token covers becomes <unk> although byte_fallback is True: "
                 "with byte fallback it becomes its UTF-8 bytes, ids 4 + byte", _encode_variant(unknown="unk")),
         Mistake("fallback_ignored", "byte_fallback=False is ignored: without byte fallback a character no token "
@@ -604,6 +871,7 @@ BPE_ENCODE = Spec(
         Mistake("token_ids", "tokens[i] gets id i: the learned tokens come after the 4 special tokens and the 256 "
                 "bytes, id 260 + i", _encode_variant(token_offset=0)),
     ),
+    rules=ENCODE_RULES,
     errors=(
         Raises("{what} raised {error}: keep the signature bpe_encode(text, tokens, merges, byte_fallback=True); the "
                "grader passes byte_fallback by name",
@@ -619,32 +887,41 @@ BPE_ENCODE = Spec(
 def _decode_inputs(rng: np.random.Generator) -> list[Call]:
     _, tokens, merges = _tokenizer(rng)
     first, second = _sentences(rng, 1, 1)
-    text = f"<bos>{first}\t🙂 語  {second}\n<eos><pad>"
+    text = f"<bos>{first}\t🙂 語\x00  {second}\n<eos><pad>"  # (NUL: byte 0, the first byte id)
     unseen = next(ch for ch in "힣흫핳릏콯" if ch not in tokens)  # a syllable no token covers: 3 bytes
     cut = [ref.BYTE_OFFSET + b for b in unseen.encode("utf-8")[:2]]  # half a character, as a model may emit
+    cut.append(ref.BYTE_OFFSET + 255)  # the last byte id: 0xFF, in no UTF-8 text
     ids = ref.bpe_encode(text, list(tokens), merges)
     return [Call((np.array(ids, dtype=np.int64), tokens),
                  what="bpe_decode(ids, tokens) for a text with special tokens and characters no token covers"),
             Call((np.array(ref.bpe_encode(f" {first}", list(tokens), merges) + cut
                            + ref.bpe_encode(f" {second}\n", list(tokens), merges), dtype=np.int64), tokens),
-                 what="bpe_decode(ids, tokens) for ids with half a character's bytes, as a model may emit"),
+                 what="bpe_decode(ids, tokens) for ids with bytes that are no UTF-8, as a model may emit"),
             Call((np.array(ids[:3] + [ref.FIRST_TOKEN_ID + len(tokens)], dtype=np.int64), tokens), raises="ValueError",
-                 what="bpe_decode(ids, tokens) for an id just past the vocabulary")]
+                 what="bpe_decode(ids, tokens) for an id just past the vocabulary"),
+            Call((np.array(ids[:3] + [-1], dtype=np.int64), tokens), raises="ValueError",
+                 what="bpe_decode(ids, tokens) for a negative id")]
 
 
 def _decode_variant(together: bool = True, separator: bytes = b"", specials: bool = True,
-                    byte_offset: int = ref.BYTE_OFFSET, checked: bool = True, errors: str = "replace"):
-    """bpe_decode as a learner writes it (the defaults are right)."""
+                    byte_offset: int = ref.BYTE_OFFSET, checked: str = "both", errors: str = "replace",
+                    byte_ids: str = "bytes"):
+    """bpe_decode as a learner writes it (the defaults are right): ``checked`` which ends of
+    the vocabulary it checks ("both", "above" or "none"); ``byte_ids`` "bytes", "dropped", or
+    "characters" (a byte id as the character chr(b))."""
     def bpe_decode(ids, tokens):
         pieces = []
         for i in ids:
-            if checked and not 0 <= i < ref.FIRST_TOKEN_ID + len(tokens):
+            if i >= ref.FIRST_TOKEN_ID + len(tokens) and checked != "none" or i < 0 and checked == "both":
                 raise ValueError(f"id {i} is not in the vocabulary")
             if i < ref.BYTE_OFFSET:
                 if specials:
                     pieces.append(SPECIALS[i].encode("utf-8"))
             elif i < ref.FIRST_TOKEN_ID:
-                pieces.append(bytes([i - byte_offset]))
+                if byte_ids == "bytes":
+                    pieces.append(bytes([i - byte_offset]))
+                elif byte_ids == "characters":
+                    pieces.append(chr(i - byte_offset).encode("utf-8"))
             else:
                 pieces.append(tokens[i - ref.FIRST_TOKEN_ID].encode("utf-8"))
         if together:
@@ -653,15 +930,60 @@ def _decode_variant(together: bool = True, separator: bytes = b"", specials: boo
     return bpe_decode
 
 
+_DROPPED = ("bytes that are not valid UTF-8 are dropped (errors='ignore'); the docstring asks for U+FFFD, the "
+            "replacement character, there: decode with errors='replace'")
+
+
+def _subsequence(short: str, long: str) -> bool:
+    rest = iter(long)
+    return all(ch in rest for ch in short)
+
+
 def _describe_decoding(case: Case) -> None:
     got, want = case.answer, case.expected
     if got.count("\ufffd") > want.count("\ufffd"):
         case.fail("it gives U+FFFD (the replacement character) where the bytes are valid UTF-8: collect the bytes "
                   "of all ids, then decode once")
+    if got == want.replace("\ufffd", ""):
+        case.fail(_DROPPED)
     if got.split() == want.split():
         case.fail("spaces, tabs or line breaks are added or lost: the tokens already hold them; join with nothing")
+    missing = len(want) - len(got)
+    if missing > 0 and _subsequence(got, want):
+        case.fail(f"{_plural(missing, 'character')} of the text {'is' if missing == 1 else 'are'} missing, the "
+                  "others right and in order: the bytes of every id count (a byte id 4 + b is the byte b), joined, "
+                  "then decoded once with errors='replace'")
+    if got == b"".join(ref.id_bytes(i, list(case.call.args[1])) for i in case.call.args[0].tolist()).decode("latin-1"):
+        case.fail("it decodes the bytes as Latin-1, one character per byte; they are UTF-8: "
+                  ".decode('utf-8', errors='replace')")
     case.fail(f"the text differs from the one encoded, from character {_first_difference(got, want) + 1} of "
               f"{len(want)} on")
+
+
+def _decoded_apart(call: Call) -> bool:
+    """Some character's UTF-8 bytes are spread over several byte ids: decoded id by id, they are U+FFFD."""
+    ids, tokens = call.args[0].tolist(), list(call.args[1])
+    return (not call.raises and _decode_variant(together=False)(ids, tokens).count("\ufffd")
+            > ref.bpe_decode(ids, tokens).count("\ufffd"))
+
+
+def _outside(call: Call, below: bool) -> bool:
+    limit = ref.FIRST_TOKEN_ID + len(call.args[1])
+    return bool(call.raises) and any(i < 0 if below else i >= limit for i in call.args[0].tolist())
+
+
+DECODE_RULES = (
+    Rule("a character whose UTF-8 bytes are spread over several byte ids", _decoded_apart),
+    Rule("bytes that are not valid UTF-8 become U+FFFD",
+         lambda call: not call.raises and "\ufffd" in ref.bpe_decode(call.args[0].tolist(), call.args[1])),
+    Rule("byte 0 is id 4, the first byte id", lambda call: not call.raises and ref.BYTE_OFFSET in call.args[0]),
+    Rule("byte 255 is id 259, the last byte id",
+         lambda call: not call.raises and ref.FIRST_TOKEN_ID - 1 in call.args[0]),
+    Rule("special-token ids come back as their strings",
+         lambda call: not call.raises and any(0 <= i < ref.BYTE_OFFSET for i in call.args[0].tolist())),
+    Rule("an id past the vocabulary raises ValueError", lambda call: _outside(call, below=False)),
+    Rule("a negative id raises ValueError", lambda call: _outside(call, below=True)),
+)
 
 
 BPE_DECODE = Spec(
@@ -683,14 +1005,22 @@ BPE_DECODE = Spec(
                 "<pad>, <bos>, <eos> and <unk> come back as their strings", _decode_variant(specials=False)),
         Mistake("byte_ids", "byte id 4 + b is byte b: subtract 4 (the special tokens come first)",
                 _decode_variant(byte_offset=0)),
+        Mistake("invalid_bytes_dropped", _DROPPED, _decode_variant(errors="ignore")),
+        Mistake("byte_ids_dropped", "the byte ids (4-259) are left out: a byte id 4 + b is the byte b, one of the "
+                "2-4 UTF-8 bytes of a character no token covers; join it with the others and decode once",
+                _decode_variant(byte_ids="dropped")),
+        Mistake("bytes_as_characters", "a byte id becomes the character chr(b): a byte is no character, and a "
+                "character no token covers is 2-4 UTF-8 bytes; collect the bytes of all ids, then decode once as "
+                "UTF-8", _decode_variant(byte_ids="characters")),
     ),
+    rules=DECODE_RULES,
     errors=(
         Raises("{what} raised {error}: a model can emit byte tokens that are no valid UTF-8 (half a character); "
                "decode with errors='replace', which puts U+FFFD there",
                example=_decode_variant(errors="strict"), match="UnicodeDecodeError"),
         Raises("{what} raised {error}: an id outside the vocabulary should raise ValueError, as the docstring says; "
                "check 0 <= id < 260 + len(tokens) first",
-               example=_decode_variant(checked=False), match="IndexError", when=lambda call: bool(call.raises)),
+               example=_decode_variant(checked="none"), match="IndexError", when=lambda call: bool(call.raises)),
     ),
     figures=("tokenization-bpe_decode-figure",),
 )

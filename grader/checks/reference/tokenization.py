@@ -51,40 +51,42 @@ def count_pairs(words: dict) -> dict[tuple[str, str], int]:
     return dict(pairs)
 
 
-def merge_word(word: tuple[str, ...], left: str, right: str) -> tuple[str, ...]:
-    """``word`` with every (left, right) side by side, from the left, made one symbol."""
-    out, i = [], 0
-    while i < len(word):
-        if i + 1 < len(word) and word[i] == left and word[i + 1] == right:
-            out.append(left + right)
-            i += 2
-        else:
-            out.append(word[i])
-            i += 1
-    return tuple(out)
-
-
 def merge_pair(words: dict, pair: tuple[str, str]) -> dict[tuple[str, ...], int]:
-    """{word: count} with ``pair`` merged in every word; counts of words that become equal add up."""
+    """{word: count} with ``pair`` merged in every word, from the left, stepping past each
+    merged place; counts of words that become equal add up."""
+    left, right = pair
     merged: Counter = Counter()
     for word, count in words.items():
-        merged[merge_word(word, *pair)] += count
+        symbols, skip = [], False
+        for i, symbol in enumerate(word):  # (a for loop: no change to it can loop for ever)
+            if skip:
+                skip = False  # the right half of the pair just merged
+            elif i + 1 < len(word) and symbol == left and word[i + 1] == right:
+                symbols.append(left + right)
+                skip = True
+            else:
+                symbols.append(symbol)
+        merged[tuple(symbols)] += count
     return dict(merged)
 
 
-def best_pair(pairs: dict) -> tuple[str, str]:
-    """The most frequent pair; of equally frequent ones, the smallest (left, right)."""
-    return min(pairs, key=lambda pair: (-pairs[pair], pair))
+def merge_word(word: tuple[str, ...], left: str, right: str) -> tuple[str, ...]:
+    """``word`` with every (left, right) side by side, from the left, made one symbol: the
+    one word of a one-word corpus merged."""
+    (merged,) = merge_pair({tuple(word): 1}, (left, right))
+    return merged
 
 
 def train_bpe(text: str, num_merges: int) -> list[tuple[str, str]]:
-    """The merges, in order: at most ``num_merges``, fewer when no pair is left."""
-    words, merges = word_counts(text), []
+    """The merges, in order: at most ``num_merges``, fewer when no pair is left; each the most
+    frequent pair, ties to the smallest (left, right)."""
+    words = Counter(tuple(word) for word in pretokenize(text) if word not in SPECIALS)
+    merges = []
     for _ in range(num_merges):
         pairs = count_pairs(words)
         if not pairs:
             break
-        merges.append(best_pair(pairs))
+        merges.append(min(pairs, key=lambda pair: (-pairs[pair], pair)))
         words = merge_pair(words, merges[-1])
     return merges
 
@@ -104,22 +106,23 @@ def segment(word: str, merges: list) -> tuple[str, ...]:
     """A word's symbols after every merge, in the order learned."""
     symbols = tuple(word)
     for left, right in merges:
-        if len(symbols) == 1:
-            break
         symbols = merge_word(symbols, left, right)
     return symbols
 
 
 def bpe_encode(text: str, tokens: list, merges: list, byte_fallback: bool = True) -> list[int]:
-    """Text -> ids: special tokens whole, each word segmented by the merges, then each
-    symbol's id, else its UTF-8 bytes (``byte_fallback``) or <unk>."""
+    """Text -> ids: special tokens whole, each word's characters merged by every merge in the
+    order learned, then each symbol's id, else its UTF-8 bytes (``byte_fallback``) or <unk>."""
     ids_of = {token: FIRST_TOKEN_ID + i for i, token in enumerate(tokens)}
-    ids: list[int] = []
+    ids = []
     for word in pretokenize(text):
         if word in SPECIALS:
             ids.append(SPECIALS.index(word))
             continue
-        for symbol in segment(word, merges):
+        symbols = tuple(word)
+        for left, right in merges:
+            symbols = merge_word(symbols, left, right)
+        for symbol in symbols:
             if symbol in ids_of:
                 ids.append(ids_of[symbol])
             elif byte_fallback:
@@ -130,20 +133,32 @@ def bpe_encode(text: str, tokens: list, merges: list, byte_fallback: bool = True
 
 
 def id_bytes(i: int, tokens: list) -> bytes:
-    """The bytes of one id.
+    """The bytes of one id: a special token's string, a byte, a token's UTF-8.
 
     Raises:
         ValueError: ``i`` is negative or not below 260 + len(tokens).
     """
-    if not 0 <= i < FIRST_TOKEN_ID + len(tokens):
-        raise ValueError(f"id {i} is not in the vocabulary (0 .. {FIRST_TOKEN_ID + len(tokens) - 1})")
-    if i < BYTE_OFFSET:
-        return SPECIALS[i].encode("utf-8")
-    if i < FIRST_TOKEN_ID:
-        return bytes([i - BYTE_OFFSET])
-    return tokens[i - FIRST_TOKEN_ID].encode("utf-8")
+    table = [s.encode("utf-8") for s in SPECIALS] + [bytes([b]) for b in range(256)] + [
+        t.encode("utf-8") for t in tokens]
+    if not 0 <= i < len(table):
+        raise ValueError(f"id {i} is not in the vocabulary (0 .. {len(table) - 1})")
+    return table[i]
 
 
 def bpe_decode(ids: list, tokens: list) -> str:
-    """Ids -> text: all their bytes, decoded once; bytes that are not UTF-8 become U+FFFD."""
-    return b"".join(id_bytes(int(i), tokens) for i in ids).decode("utf-8", errors="replace")
+    """Ids -> text: all their bytes, decoded once; bytes that are not UTF-8 become U+FFFD.
+
+    Raises:
+        ValueError: an id is negative or not below 260 + len(tokens).
+    """
+    data = bytearray()
+    for i in ids:  # (Python ints: the driver passes them so)
+        if not 0 <= i < FIRST_TOKEN_ID + len(tokens):
+            raise ValueError(f"id {i} is not in the vocabulary")
+        if i < BYTE_OFFSET:
+            data += SPECIALS[i].encode("utf-8")
+        elif i < FIRST_TOKEN_ID:
+            data.append(i - BYTE_OFFSET)
+        else:
+            data += tokens[i - FIRST_TOKEN_ID].encode("utf-8")
+    return data.decode("utf-8", errors="replace")

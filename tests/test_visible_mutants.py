@@ -1,0 +1,214 @@
+"""A visible assert that names a property fails for every mutant that breaks the property.
+
+The visible tests teach: "positions 0-2 may not see position 3 (causal mask)" tells a learner
+that their block is causal. Such an assert must not pass a block with no mask (it did:
+issue 33). For each property below, every mutant of the exercise's reference
+(grader/checks/_mutants.py) is measured on fresh random inputs by an oracle of the property;
+each mutant that breaks it is put in the solution notebook in place of the learner's
+function, and the visible test cell must fail at that assert or at one before it.
+"""
+from __future__ import annotations
+
+import re
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import matplotlib
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from grader import course
+from grader.checks import get
+from grader.checks._mutants import mutants
+from tests.scope import slow_if_costly
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+# --- oracles: implementation -> does it break the property? (fresh inputs, not the visible test's)
+
+def _future_moves_past(make: Callable, run: Callable, perturb: Callable) -> Callable[[object], bool]:
+    """Causality: random new values at the later positions change an earlier output."""
+    def breaks(implementation) -> bool:
+        torch.manual_seed(1)
+        module = make(implementation)
+        generator = torch.Generator().manual_seed(2)
+        with torch.no_grad():
+            before, after = run(module, perturb(generator, False)), run(module, perturb(generator, True))
+        return not np.allclose(_np(before), _np(after), atol=1e-5)
+    return breaks
+
+
+def _block_input(generator, later: bool):
+    x = torch.randn(2, 6, 12, generator=torch.Generator().manual_seed(3))
+    if later:
+        x[:, 3:] = torch.randn(2, 3, 12, generator=generator)
+    return x
+
+
+def _rows_sum_to_one(call: Callable, weights_of: Callable = lambda out: out[1]) -> Callable[[object], bool]:
+    def breaks(implementation) -> bool:
+        weights = _np(weights_of(call(implementation)))
+        return not np.allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
+    return breaks
+
+
+def _weight_on_later_keys(call: Callable) -> Callable[[object], bool]:
+    def breaks(implementation) -> bool:
+        weights = _np(call(implementation)[1])
+        return bool(np.abs(np.triu(weights, k=1)).max() > 1e-6)
+    return breaks
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(7)
+
+
+def _mha(implementation, mask_kind: str | None = None):
+    torch.manual_seed(4)
+    module = implementation(12, 3)
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(5))
+    mask = torch.tril(torch.ones(5, 5, dtype=torch.bool)) if mask_kind == "causal" else None
+    with torch.no_grad():
+        return module(x, x, x, mask) if mask is not None else module(x, x, x)
+
+
+def _sdpa(causal: bool):
+    def call(implementation):
+        q, k, v = (_rng().normal(size=s) for s in [(2, 3, 5, 6)] * 2 + [(2, 3, 5, 7)])
+        mask = np.tril(np.ones((5, 5), dtype=bool)) if causal else None
+        return implementation(q, k * 1.3, v, mask=mask)
+    return call
+
+
+def _cached_differs(implementation) -> bool:
+    """KV cache: the cached logits, a token at a time, differ from the model's own."""
+    from grader.checks.reference.gpt import GPT
+
+    torch.manual_seed(6)
+    model = GPT(11, 12, 3, 20, layers=2, max_len=12).eval()
+    ids = torch.randint(0, 11, (2, 7), generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        full = model(ids)
+        logits, cache = implementation(model, ids[:, :2])
+        steps = [logits]
+        for t in range(2, 7):
+            logits, cache = implementation(model, ids[:, t:t + 1], cache)
+            steps.append(logits)
+    return not np.allclose(_np(torch.cat(steps, dim=1)), _np(full), atol=1e-4)
+
+
+@dataclass(frozen=True)
+class Property:
+    exercise: str
+    label: str  # the start of the visible assert's message that names the property
+    breaks: Callable[[object], bool]
+
+
+PROPERTIES = (
+    Property("gpt-Block", "positions 0-2 may not see position 3 (causal mask)",
+             _future_moves_past(lambda impl: impl(12, 3, 20).eval(), lambda m, x: m(x)[:, :3], _block_input)),
+    Property("gpt-forward_cached", "step ", _cached_differs),
+    Property("multi_head-MultiHeadAttention", "causal mask: no weight on later keys",
+             _weight_on_later_keys(lambda impl: _mha(impl, "causal"))),
+    Property("softmax-scaled_dot_product_attention", "each query's weights sum to 1",
+             _rows_sum_to_one(_sdpa(causal=True))),
+    Property("softmax-scaled_dot_product_attention", "causal mask: no weight on later keys",
+             _weight_on_later_keys(_sdpa(causal=True))),
+    Property("similarity-soft_lookup", "each query's weights sum to 1",
+             _rows_sum_to_one(lambda impl: impl(_rng().normal(size=(3, 4)), _rng().normal(size=(4, 2))))),
+    Property("masking-masked_softmax", "each row of weights sums to 1",
+             _rows_sum_to_one(lambda impl: impl(_rng().normal(size=(2, 4, 4)), np.tril(np.ones((4, 4), bool))),
+                              weights_of=lambda out: out)),
+    Property("masking-masked_softmax", "masked keys get weight 0",
+             _weight_on_later_keys(lambda impl: (None, impl(_rng().normal(size=(2, 4, 4)),
+                                                            np.tril(np.ones((4, 4), bool)))))),
+    Property("masking-causal_mask", "above the diagonal must be False",
+             lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
+)
+
+
+def _test_cell(exercise: str) -> tuple[str, str, list]:
+    """(assignment, the visible part of the exercise's test cell, the cells above it)."""
+    for assignment in course.assignments():
+        cells = nbformat.read(course.SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4).cells
+        for index, cell in enumerate(cells):
+            if cell.metadata.get("nbgrader", {}).get("grade_id", "") == f"{exercise}{course.TEST_SUFFIX}":
+                return assignment, HIDDEN.sub("", cell.source), cells[:index]
+    raise LookupError(exercise)
+
+
+def _namespace(cells: list) -> dict:
+    """The notebook's state above a test cell, run in process (hidden tests left out, figures off)."""
+    import matplotlib.pyplot as plt
+
+    matplotlib.use("Agg")
+    namespace: dict = {}
+    for cell in cells:
+        if cell.cell_type == "code":
+            exec(compile(HIDDEN.sub("", cell.source), cell.get("id", "cell"), "exec"), namespace)
+            plt.close("all")
+    return namespace
+
+
+def _assert_line(source: str, label: str) -> int:
+    """The line of the cell where the assert naming the property starts."""
+    lines = source.splitlines()
+    found = [i + 1 for i, line in enumerate(lines) if label in line]
+    assert found, f"no visible assert names {label!r}"
+    start = found[0]
+    while not re.match(r"\s*(assert\b|assert_close\(|assert_shape\()", lines[start - 1]) and start > 1:
+        start -= 1
+    return start
+
+
+def _failing_line(error: BaseException, filename: str) -> int | None:
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__) if frame.filename == filename]
+    return lines[-1] if lines else None
+
+
+def _cases():
+    for prop in PROPERTIES:
+        assignment = _test_cell(prop.exercise)[0]
+        yield slow_if_costly(assignment, prop, id=f"{prop.exercise}: {prop.label[:40]}")
+
+
+@pytest.mark.parametrize("prop", list(_cases()))
+def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop):
+    spec = get(prop.exercise)
+    assignment, source, above = _test_cell(prop.exercise)
+    line = _assert_line(source, prop.label)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        namespace = _namespace(above)
+        broken = []
+        for mutant in mutants(spec):
+            try:
+                implementation = mutant.implementation.get()
+                if not prop.breaks(implementation):
+                    continue
+            except Exception:
+                continue  # (the property is not even defined: the mutant fails on shapes or raises)
+            broken.append(mutant.name)
+            scope = dict(namespace, **{spec.function: implementation})
+            filename = f"{prop.exercise}-visible-test"
+            try:
+                exec(compile(source, filename, "exec"), scope)
+            except AssertionError as error:
+                failed_at = _failing_line(error, filename)
+                assert failed_at is not None and failed_at <= line, (
+                    f"{mutant.name}: the visible test failed only at line {failed_at}, after the assert "
+                    f"{prop.label!r} (line {line}), which passed")
+                continue
+            except Exception:
+                continue  # the cell raised before its asserts: the learner sees an error, not a pass
+            pytest.fail(f"{mutant.name} breaks {prop.label!r}, yet the visible test cell passes")
+    assert broken, f"no mutant of {prop.exercise} breaks {prop.label!r}: the oracle or the operators are wrong"
