@@ -191,6 +191,45 @@ class FloatMaskLayer(nn.Module):
         return self.norm3(x + self.drop3(self.linear2(F.relu(self.linear1(x)))))
 
 
+def make_written(wire: str):
+    """A learner's written-out layer (bool masks, FloatMaskLayer's modules) with one wire crossed:
+    a norm reused, a residual or an input taken from the layer's input y, the memory normalized,
+    each attention given the other's mask, a norm on both sides of each sublayer."""
+
+    class Written(FloatMaskLayer):
+        def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+            attn = None if tgt_mask is None else torch_attn_mask(tgt_mask, self.heads)
+            kpm = None if memory_padding_mask is None else ~memory_padding_mask
+            n1, n2, n3 = {"norm1_all": (self.norm1,) * 3, "norm2_for_ffn": (self.norm1, self.norm2, self.norm2)}.get(
+                wire, (self.norm1, self.norm2, self.norm3))
+            self_kw = {"attn_mask": attn, "key_padding_mask": kpm if wire == "self_gets_memory_mask" else None}
+            cross_kw = {"key_padding_mask": kpm, "attn_mask": attn if wire == "cross_gets_tgt_mask" else None}
+
+            def sa(h):
+                return self.drop1(self.self_attn(h, h, h, **self_kw)[0])
+
+            def ca(h):
+                kv = n2(memory) if wire == "memory_normed" and self.norm_first else memory
+                return self.drop2(self.multihead_attn(h, kv, kv, **cross_kw)[0])
+
+            def ff(h):
+                return self.drop3(self.linear2(F.relu(self.linear1(h))))
+
+            if wire == "sandwich":
+                x = n1(y + sa(n1(y)))
+                x = n2(x + ca(n2(x)))
+                return n3(x + ff(n3(x)))
+            if self.norm_first:
+                x = y + sa(n1(y))
+                x = (y if wire == "residual_from_y" else x) + ca(n2(y if wire == "cross_on_y" else x))
+                return (y if wire == "residual_from_y" else x) + ff(n3(x))
+            x = n1(y + sa(y))
+            x = n2((y if wire == "residual_from_y" else x) + ca(y if wire == "cross_on_y" else x))
+            return n3((y if wire == "residual_from_y" else x) + ff(x))
+
+    return Written
+
+
 class SubclassLayer(nn.TransformerDecoderLayer):
     """Valid (if not in the spirit): PyTorch's own layer, with the course's masks converted."""
 
@@ -211,7 +250,7 @@ class NotAModule:
 # ---------------------------------------------------------------- Decoder
 
 def make_decoder(*, scale="sqrt", pe="right", shared=False, mask="right", memory_mask=True, dropout="module",
-                 layer=None):
+                 layer=None, assigned=True):
     """A learner-style Decoder with knobs for the mistakes learners make."""
 
     class Dec(nn.Module):
@@ -239,7 +278,8 @@ def make_decoder(*, scale="sqrt", pe="right", shared=False, mask="right", memory
             m = {"right": NS["decoder_self_mask"](tgt_in, self.pad_id), "none": None,
                  "causal": NS["causal_mask"](n), "pad0": NS["decoder_self_mask"](tgt_in, 0)}[mask]
             for lay in self.layers:
-                x = lay(x, memory, tgt_mask=m, memory_padding_mask=memory_padding_mask if memory_mask else None)
+                out = lay(x, memory, tgt_mask=m, memory_padding_mask=memory_padding_mask if memory_mask else None)
+                x = out if assigned else x  # (a learner who never assigns a layer's output)
             return x
 
     Dec.__name__ = "Decoder"
@@ -330,6 +370,8 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "decoder-decoder_self_mask": [
+        (lambda tgt_in, pad_id: torch.tril(torch.ones(tgt_in.shape[1], tgt_in.shape[1])).bool() & (tgt_in != pad_id),
+         "the padding mask (batch, tgt_len) does not broadcast against the causal mask"),
         (lambda t, p: _mask(t, p, diagonal=-1), "the diagonal is masked"),
         (lambda t, p: _mask(t, p, diagonal=1), "one future position is visible (off by one)"),
         (lambda t, p: ~_mask(t, p), "it is inverted"),
@@ -342,6 +384,19 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "decoder-DecoderLayer": [
+        (make_written("norm1_all"), "norm1 is used for the masked self-attention sublayer, the cross-attention "
+                                    "sublayer and the feed-forward sublayer (norm2 and norm3 never)"),
+        (make_written("norm2_for_ffn"), "norm2 is used for the cross-attention sublayer and the feed-forward "
+                                        "sublayer (norm3 never)"),
+        (make_written("residual_from_y"), "the cross-attention and feed-forward sublayers add back the layer's "
+                                          "input y"),
+        (make_written("cross_on_y"), "the cross-attention's queries come from the layer's input y"),
+        (make_written("sandwich"), "each sublayer is normalized twice"),
+        (make_written("memory_normed"), "with norm_first=True it normalizes the memory too"),
+        (make_written("cross_gets_tgt_mask"), "The cross-attention (multihead_attn) got a square (tgt_len, tgt_len) "
+                                              "mask, the self-attention's"),
+        (make_written("self_gets_memory_mask"), "The self-attention got the memory's padding mask"),
+
         (make_layer(cross="decoder"), "cross-attention takes its keys and values from the decoder"),
         (make_layer(order="swapped"), "it puts the layer norm"),
         (make_layer(residual="none"), "there is no residual connection"),
@@ -361,6 +416,7 @@ MISTAKES = {
         (stub, "it should be a class"),
     ],
     "decoder-Decoder": [
+        (make_decoder(assigned=False), "the layers' outputs are not kept"),
         (make_decoder(scale="none"), "not multiplied by sqrt(d_model)"),
         (make_decoder(scale="d"), "multiplied by d_model; multiply by sqrt(d_model)"),
         (make_decoder(scale="after"), "sqrt(d_model) scales the positional encoding too"),
@@ -394,7 +450,7 @@ MISTAKES = {
 VARIANTS = {
     "decoder-shift_right": [_shift, _shift_new_full, _shift_roll, _shift_pad, _shift_flat_roll_fixed],
     "decoder-decoder_self_mask": [_mask, _mask_arange, _mask_expand_loop, _mask_float_tril],
-    "decoder-DecoderLayer": [make_layer(), make_layer(batch_first=False, self_mask="helper"), FloatMaskLayer,
+    "decoder-DecoderLayer": [make_layer(), make_written("right"), make_layer(batch_first=False, self_mask="helper"), FloatMaskLayer,
                              SubclassLayer],
     "decoder-Decoder": [make_decoder(), make_decoder(mask="causal"), PlainDecoder, make_decoder(layer=SubclassLayer)],
     "decoder-future_influence": [_influence, _influence_numpy, _influence_inf_norm, _influence_max_values],

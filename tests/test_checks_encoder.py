@@ -60,6 +60,24 @@ def _ln_std_squared(x, gamma, beta, eps=1e-5):
     return gamma * (centred / std) + beta
 
 
+def _ln_no_keepdim(x, gamma, beta, eps=1e-5):
+    mu, var = x.mean(dim=-1), ((x - x.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1)
+    return gamma * (x - mu) / (var + eps).sqrt() + beta
+
+
+def _ln_global(x, gamma, beta, eps=1e-5):
+    return (x - x.mean()) / torch.sqrt(x.var(unbiased=False) + eps) * gamma + beta
+
+
+def _ln_uncentred(x, gamma, beta, eps=1e-5):
+    return gamma * x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) + beta
+
+
+def _ln_no_eps(x, gamma, beta, eps=1e-5):
+    centred = x - x.mean(-1, keepdim=True)
+    return gamma * centred / centred.pow(2).mean(-1, keepdim=True).sqrt() + beta
+
+
 def _ln_numpy(x, gamma, beta, eps=1e-5):
     x = np.asarray(x)
     return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * np.asarray(gamma) \
@@ -248,6 +266,54 @@ class ExplicitLayer(nn.Module):
         return self.norm2(x + self._ff(x))
 
 
+def make_unrolled(wire: str):
+    """A learner's written-out layer (ExplicitLayer's sublayers) with one wire crossed: a norm used
+    for both sublayers, the FFN's residual or input taken from the layer's input, or a norm on
+    both sides of each sublayer."""
+
+    class Unrolled(ExplicitLayer):
+        def forward(self, x, padding_mask=None):
+            n1, n2 = (self.norm1, self.norm1) if wire == "norm1_twice" else (self.norm1, self.norm2)
+            if wire == "sandwich":
+                h = n1(x + self._sa(n1(x), padding_mask))
+                return n2(h + self._ff(n2(h)))
+            if self.norm_first:
+                h = x + self._sa(n1(x), padding_mask)
+                if wire == "residual_from_x":
+                    return x + self._ff(n2(h))
+                if wire == "ffn_on_x":
+                    return h + self._ff(n2(x))
+                return h + self._ff(n2(h))
+            h = n1(x + self._sa(x, padding_mask))
+            if wire == "residual_from_x":
+                return n2(x + self._ff(h))
+            if wire == "ffn_on_x":
+                return n2(h + self._ff(x))
+            return n2(h + self._ff(h))
+
+    return Unrolled
+
+
+class SequenceFirstLayer(ExplicitLayer):
+    """A learner who leaves nn.MultiheadAttention's default layout, (seq_len, batch, d_model)."""
+
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, heads, d_ff, dropout, norm_first)
+        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout)
+
+
+class SharedNorm(ExplicitLayer):
+    """A learner who builds one LayerNorm and uses it twice (norm2 is built but never used)."""
+
+    def forward(self, x, padding_mask=None):
+        norm = self.norm2
+        if self.norm_first:
+            x = x + self._sa(norm(x), padding_mask)
+            return x + self._ff(norm(x))
+        x = norm(x + self._sa(x, padding_mask))
+        return norm(x + self._ff(x))
+
+
 class NotAModule:
     def __init__(self, *args, **kwargs):
         pass
@@ -302,7 +368,8 @@ def make_encoder(*, scale="sqrt", pe="right", mask="right", layers_mode="right",
             x = self.dropout(x)
             for i in range(len(self.layers)):
                 chosen = self.layers[0] if layers_mode == "first" else self.layers[i]
-                x = chosen(x) if mask == "ignored" else chosen(x, keep)
+                out = chosen(x) if mask == "ignored" else chosen(x, keep)
+                x = x if layers_mode == "unassigned" else out
             return x
 
     return Enc
@@ -321,6 +388,10 @@ MISTAKES = {
         (lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, fixed_eps=True), "it ignores the eps argument"),
         (lambda x, g, b: _ln(x, g, b), "the signature is layer_norm(x, gamma, beta, eps=1e-5)"),
         (_ln_numpy, "returns a numpy array for torch tensor inputs"),
+        (_ln_no_keepdim, "the mean and the variance lose their last axis"),
+        (_ln_global, "it takes the mean and the variance of the whole tensor"),
+        (_ln_uncentred, "the mean is not subtracted"),
+        (_ln_no_eps, "eps is missing: it divides by sqrt(var)"),
         (stub, "not answered yet"),
     ],
     "encoder-feed_forward": [
@@ -341,6 +412,8 @@ MISTAKES = {
         (_connection("no_norm"), "the norm is skipped"),
         (_connection("alone"), "it returns sublayer(x) alone"),
         (_connection("identity"), "the sublayer is never applied"),
+        (lambda x, sublayer, norm, norm_first=False: norm(x + sublayer(norm(x))),
+         "each sublayer is normalized twice, before the sublayer and after the residual"),
         (_connection(default=True), "norm_first defaults to False"),
         (_connection_no_default, "norm_first has a default, False"),
         (stub, "not answered yet"),
@@ -354,6 +427,13 @@ MISTAKES = {
         (make_layer(norms="swapped"), "norm1 and norm2 are swapped"),
         (make_layer(residual="normed"), "the residual is added to the normalized input"),
         (make_layer(residual="none"), "there is no residual connection around the sublayers"),
+        (make_unrolled("norm1_twice"), "norm1 is used for the self-attention sublayer and the feed-forward "
+                                       "sublayer (norm2 never)"),
+        (SharedNorm, "norm2 is used for the self-attention sublayer and the feed-forward sublayer (norm1 never)"),
+        (SequenceFirstLayer, "the self-attention reads x as (seq_len, batch, d_model)"),
+        (make_unrolled("residual_from_x"), "the feed-forward sublayer's residual adds back the layer's input x"),
+        (make_unrolled("ffn_on_x"), "the feed-forward sublayer is given the layer's input x"),
+        (make_unrolled("sandwich"), "each sublayer is normalized twice, before the sublayer and after the residual"),
         (make_layer(take_output=False), "take the output, self.self_attn(x, x, x, ...)[0]"),
         (make_layer(relu=None), "miss a `return`? Fix that one first"),
         (make_layer(names="attn"), "has no parameter self_attn.in_proj_weight: create it in __init__ as "
@@ -375,6 +455,7 @@ MISTAKES = {
         (make_encoder(mask="inverted"), "the padding mask is inverted"),
         (make_encoder(layers_mode="shared"), "some layers share their parameters"),
         (make_encoder(layers_mode="first"), "the first layer is applied every time"),
+        (make_encoder(layers_mode="unassigned"), "the layers' outputs are not kept"),
         (make_encoder(layer=make_layer(dropout_mode="functional_always")), "dropout is still on after .eval()"),
         (make_encoder(layer=make_layer(names="attn")), "has no parameter layers.0.self_attn.in_proj_weight"),
         (stub, "it should be a class"),
@@ -386,7 +467,7 @@ VARIANTS = {
                            _ln_std_squared],
     "encoder-feed_forward": [_ffn, _ffn_functional, _ffn_einsum_float32, _ffn_modules],
     "encoder-sublayer_connection": [_connection(), _connection_residual_variable, _connection_float64],
-    "encoder-EncoderLayer": [make_layer(), TorchLayer, ExplicitLayer],
+    "encoder-EncoderLayer": [make_layer(), TorchLayer, ExplicitLayer, make_unrolled("right")],
     "encoder-Encoder": [make_encoder(), make_encoder(buffer="persistent", scale="pow"),
                         make_encoder(buffer="none", layer=ExplicitLayer),
                         make_encoder(layer=make_layer())],

@@ -7,6 +7,7 @@ coursekit.drivers.seq2seq_rnn.seq2seq_model, as it does while grading.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -89,6 +90,19 @@ def _attention_einsum_float64(query, keys, W_q, W_k, v, mask=None, projected_key
     return torch.einsum("bs,bsd->bd", weights, k).float(), weights.float()
 
 
+def _attention_column_scores(query, keys, W_q, W_k, v, mask=None, projected_keys=None, dim=-1):
+    """A learner's scores as a column, (batch, src_len, 1) from @ v[:, None], then a softmax over
+    ``dim`` (None: F.softmax's implicit dim, 0 for a 3-D tensor) and a squeeze."""
+    pk = keys @ W_k.T if projected_keys is None else projected_keys
+    scores = torch.tanh((query @ W_q.T).unsqueeze(1) + pk) @ v[:, None]
+    if mask is not None:
+        scores = scores.masked_fill(~mask[..., None], float("-inf"))
+    with warnings.catch_warnings():  # (torch warns that the implicit dim is deprecated: the learner's mistake)
+        warnings.simplefilter("ignore")
+        weights = (F.softmax(scores) if dim is None else F.softmax(scores, dim=dim)).squeeze(-1)
+    return (weights.unsqueeze(-1) * keys).sum(1), weights
+
+
 def _attention_functional(query, keys, W_q, W_k, v, mask=None, projected_keys=None):  # ignores projected_keys
     scores = F.linear(torch.tanh(F.linear(query, W_q).unsqueeze(1) + F.linear(keys, W_k)), v[None]).squeeze(-1)
     if mask is not None:
@@ -115,7 +129,7 @@ def _attention_loop(query, keys, W_q, W_k, v, mask=None, projected_keys=None):
 
 def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention", order="emb_first",
              store=True, names=True, out_reads_state_only=False, bidirectional=False, attention_fn=None,
-             forgot_return=False):
+             forgot_return=False, keeps_state=True, batch_first=True):
     """A learner-style Seq2SeqGRU with knobs for the mistakes learners make."""
     attend = attention_fn or make_attention()
 
@@ -128,7 +142,7 @@ def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention",
             else:
                 self.embedding = nn.Embedding(src_vocab, d_emb, padding_idx=pad_id)
             self.tgt_embed = nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id)
-            self.encoder = nn.GRU(d_emb, d_hidden, batch_first=True, bidirectional=bidirectional)
+            self.encoder = nn.GRU(d_emb, d_hidden, batch_first=batch_first, bidirectional=bidirectional)
             width = 2 * d_hidden if attention and not out_reads_state_only else d_hidden
             self.decoder = nn.GRUCell(d_emb + (d_hidden if attention else 0), d_hidden)
             if attention:
@@ -157,8 +171,9 @@ def make_gru(*, init="last", feed="teacher", use_mask=True, context="attention",
                         c = (H * mask[:, :, None]).sum(1) / lengths[:, None]
                     elif context == "last":
                         c = last
-                    s = self.decoder(torch.cat([e, c] if order == "emb_first" else [c, e], -1), s)
-                    y = self.out(s if out_reads_state_only else torch.cat([s, c], -1))
+                    h = self.decoder(torch.cat([e, c] if order == "emb_first" else [c, e], -1), s)
+                    s = h if keeps_state else s  # (a learner who never carries the new state forward)
+                    y = self.out(h if out_reads_state_only else torch.cat([h, c], -1))
                     maps.append(a)
                 else:
                     s = self.decoder(e, s)
@@ -346,6 +361,8 @@ def _accuracy_vectorized(predictions, targets, lengths, bins, eos_id):
 
 MISTAKES = {
     "seq2seq_rnn-additive_attention": [
+        (lambda *a, **k: _attention_column_scores(*a, **k, dim=None), "F.softmax without a dim picks dim=0"),
+        (lambda *a, **k: _attention_column_scores(*a, **k, dim=-1), "the softmax runs over an axis of size 1"),
         (make_attention(dim=0), "the softmax runs over the batch axis"),
         (make_attention(tanh=False), "tanh is missing"),
         (make_attention(use_v=False), "v is missing"),
@@ -363,6 +380,8 @@ MISTAKES = {
         (stub, "not answered yet"),
     ],
     "seq2seq_rnn-Seq2SeqGRU": [
+        (make_gru(keeps_state=False), "the decoder's state is never carried forward"),
+        (make_gru(batch_first=False), "the encoder's nn.GRU reads its input as (seq_len, batch, d_emb)"),
         (make_gru(init="first"), "the decoder starts from the encoder's FIRST state"),
         (make_gru(init="padded"), "the encoder's state after the padding"),
         (make_gru(init="zeros"), "the decoder starts from zeros"),
@@ -394,7 +413,7 @@ MISTAKES = {
 }
 
 VARIANTS = {
-    "seq2seq_rnn-additive_attention": [make_attention(), make_attention(given="ignored"), _attention_einsum_float64,
+    "seq2seq_rnn-additive_attention": [make_attention(), lambda *a, **k: _attention_column_scores(*a, **k, dim=1), make_attention(given="ignored"), _attention_einsum_float64,
                                        _attention_functional, _attention_loop],
     "seq2seq_rnn-Seq2SeqGRU": [make_gru(), PackedGRU, GatherGRU],
     "seq2seq_rnn-accuracy_by_length": [make_accuracy(), _accuracy_torch, _accuracy_vectorized],

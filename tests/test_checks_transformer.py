@@ -47,7 +47,7 @@ class StubTransformer(nn.Module):
 # ---------------------------------------------------------------- Transformer
 
 def make_transformer(scale="sqrt", pe=True, causal=0, memory_mask=True, swap=False, functional_dropout=False,
-                     shared=False, softmax=False, tgt_padding=False, name="Transformer"):
+                     shared=False, softmax=False, tgt_padding=False, wiring="final", name="Transformer"):
     """A Transformer class with one of the known mistakes switched on (defaults: right)."""
 
     class Model(nn.Module):
@@ -71,19 +71,24 @@ def make_transformer(scale="sqrt", pe=True, causal=0, memory_mask=True, swap=Fal
             return F.dropout(x, self.p) if functional_dropout else self.dropout(x)
 
         def encode(self, src, src_mask):
-            x = self._embed(self.tgt_embed if swap else self.src_embed, src)
+            x = embedded = self._embed(self.tgt_embed if swap else self.src_embed, src)
+            outputs = []
             for layer in self.encoder_layers:
-                x = layer(x, src_mask)
-            return x
+                out = layer(embedded if wiring == "unchained" else x, src_mask)
+                x = x if wiring == "unassigned" else out
+                outputs.append(x)
+            return outputs if wiring == "per_layer" else x
 
-        def decode(self, memory, src_mask, tgt_in):
+        def decode(self, memory, src_mask, tgt_in):  # (memory: a list of one per layer, as the mistake has it)
             y = self._embed(self.src_embed if swap else self.tgt_embed, tgt_in)
             T = tgt_in.shape[1]
             mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=causal) if causal is not None else None
             if tgt_padding:  # valid too: (batch, T, T), causal AND the key is not padding
                 mask = mask[None] & (tgt_in != self.pad_id)[:, None, :]
-            for layer in self.decoder_layers:
-                y = layer(y, memory, tgt_mask=mask, memory_padding_mask=src_mask if memory_mask else None)
+            for i, layer in enumerate(self.decoder_layers):
+                m = memory[i] if isinstance(memory, list) else memory
+                out = layer(y, m, tgt_mask=mask, memory_padding_mask=src_mask if memory_mask else None)
+                y = y if wiring == "unassigned" else out
             logits = self.generator(y)
             return logits.softmax(-1) if softmax else logits
 
@@ -193,19 +198,27 @@ def _ls(logits, target, pad_id, smoothing, keep_pads=False, reduce="mean", over=
     return per.sum() if reduce == "sum" else per.mean()
 
 
+def _smoothed_terms(logits, target, pad_id, smoothing, others=1):
+    """q * log p per token and class, flattened, with the non-padding tokens' mask: eps spread over
+    V - ``others`` classes, the true class's mass set (as scatter_ does) to 1 - eps plus its share
+    (others=1, the stated convention) or to 1 - eps alone (others=2, the Annotated Transformer's)."""
+    V = logits.shape[-1]
+    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    t = target.reshape(-1)
+    q = torch.full_like(logp, smoothing / (V - others))
+    q[:, pad_id] = 0
+    q[torch.arange(len(t)), t] = 1 - smoothing + (smoothing / (V - 1) if others == 1 else 0)
+    return q * logp, t != pad_id
+
+
 def ls_keeps_pads(logits, target, pad_id, smoothing):
     return _ls(logits, target, pad_id, smoothing, keep_pads=True)
 
 
 def ls_keeps_pads_scatter(logits, target, pad_id, smoothing):
-    """The reference's scatter_ construction, averaged over every position (pad targets too)."""
-    V = logits.shape[-1]
-    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
-    t = target.reshape(-1)
-    q = torch.full_like(logp, smoothing / (V - 1))
-    q[:, pad_id] = 0.0
-    q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
-    return -(q * logp).sum(-1).mean()
+    """The reference's construction (the true class's mass set, as scatter_ does), averaged over every
+    position (pad targets too)."""
+    return -_smoothed_terms(logits, target, pad_id, smoothing)[0].sum(-1).mean()
 
 
 def ls_sum(logits, target, pad_id, smoothing):
@@ -220,15 +233,59 @@ def ls_no_log_softmax(logits, target, pad_id, smoothing):
     return _ls(logits, target, pad_id, smoothing, log=False)
 
 
+def ls_sentence_mean(logits, target, pad_id, smoothing):
+    """The mean of each sentence's mean: sentences with fewer real tokens weigh more."""
+    V = logits.shape[-1]
+    logp = F.log_softmax(logits, dim=-1).reshape(*target.shape, V)
+    q = torch.full_like(logp, smoothing / (V - 1))
+    q[..., pad_id] = 0
+    q.scatter_(-1, target[..., None], 1 - smoothing + smoothing / (V - 1))
+    per = -(q * logp).sum(-1)
+    real = (target != pad_id).float()
+    return ((per * real).sum(-1) / real.sum(-1)).mean()
+
+
+def ls_divides_by_positions(logits, target, pad_id, smoothing):
+    """Padding zeroed, but the sum divided by every position (padding counted)."""
+    V = logits.shape[-1]
+    t = target.reshape(-1)
+    q = torch.full((len(t), V), smoothing / (V - 1))
+    q[:, pad_id] = 0
+    q.scatter_(1, t[:, None], 1 - smoothing + smoothing / (V - 1))
+    per = -(q * F.log_softmax(logits.reshape(-1, V), -1)).sum(-1) * (t != pad_id)
+    return per.sum() / per.numel()
+
+
+def ls_implicit_dim(logits, target, pad_id, smoothing):
+    """F.log_softmax without dim (torch warns: the implicit dim is the learner's mistake)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logp = F.log_softmax(logits)
+    V = logits.shape[-1]
+    q = torch.full_like(logp, smoothing / (V - 1))
+    q[..., pad_id] = 0
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing + smoothing / (V - 1))
+    per = -(q * logp).sum(-1)
+    return per[target != pad_id].mean()
+
+
+def ls_positive_sum(logits, target, pad_id, smoothing):
+    """The minus sign forgotten: sum q log p is the negative of the loss."""
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing)
+    return terms.sum(-1)[real].mean()
+
+
+def ls_mean_over_classes(logits, target, pad_id, smoothing):
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing)
+    return -terms.mean(-1)[real].mean()
+
+
 def ls_annotated(logits, target, pad_id, smoothing):
     """The Annotated Transformer's convention: true class 1 - eps, eps over the V - 2 others."""
-    V = logits.shape[-1]
-    logp = F.log_softmax(logits, dim=-1).reshape(-1, V)
-    t = target.reshape(-1)
-    q = torch.full_like(logp, smoothing / (V - 2))
-    q[:, pad_id] = 0
-    q[torch.arange(len(t)), t] = 1 - smoothing
-    return (-(q * logp).sum(-1))[t != pad_id].mean()
+    terms, real = _smoothed_terms(logits, target, pad_id, smoothing, others=2)
+    return -terms.sum(-1)[real].mean()
 
 
 # ---------------------------------------------------------------- noam_lr
@@ -278,6 +335,34 @@ def greedy_lists(model, src, bos_id, eos_id, pad_id, max_len):
         if all(eos_id in row for row in out):
             break
     return torch.tensor(out, dtype=torch.int64)
+
+
+def greedy_whole_sequence(model, src, bos_id, eos_id, pad_id, max_len):
+    """Feeds back the model's argmax at every position: the whole prefix re-predicted each step."""
+    src_mask = src != pad_id
+    memory = model.encode(src, src_mask)
+    ys = torch.full((len(src), 1), bos_id)
+    finished = torch.zeros(len(src), dtype=torch.bool)
+    for _ in range(max_len):
+        predicted = model.decode(memory, src_mask, ys).argmax(dim=-1)  # (batch, t)
+        predicted[:, -1] = predicted[:, -1].masked_fill(finished, pad_id)
+        finished = finished | (predicted[:, -1] == eos_id)
+        ys = torch.cat([ys[:, :1], predicted], dim=1)
+        if finished.all():
+            break
+    return ys[:, 1:]
+
+
+def greedy_until_all_have_eos(model, src, bos_id, eos_id, pad_id, max_len):
+    """Stops when every sentence has an EOS, but keeps writing the model's tokens after it."""
+    src_mask = src != pad_id
+    memory = model.encode(src, src_mask)
+    ys = torch.full((len(src), 1), bos_id)
+    for _ in range(max_len):
+        ys = torch.cat([ys, model.decode(memory, src_mask, ys)[:, -1].argmax(-1, keepdim=True)], dim=1)
+        if (ys == eos_id).any(dim=1).all():
+            break
+    return ys[:, 1:]
 
 
 def greedy_replace_after(model, src, bos_id, eos_id, pad_id, max_len):
@@ -346,6 +431,9 @@ MISTAKES = {
         (make_transformer(functional_dropout=True), "dropout is still on in eval mode"),
         (make_transformer(shared=True), "one tensor"),
         (make_transformer(softmax=True), "returns probabilities"),
+        (make_transformer(wiring="per_layer"), "decoder layer i reads the output of encoder layer i"),
+        (make_transformer(wiring="unchained"), "each encoder layer is applied to the embeddings"),
+        (make_transformer(wiring="unassigned"), "the layers' outputs are not kept"),
     ],
     "transformer-label_smoothed_loss": [
         (stub, "not answered yet"),
@@ -356,6 +444,11 @@ MISTAKES = {
         (ls_over_V, "eps / V over the non-padding classes"),
         (ls_annotated, "V - 2 other non-padding classes"),
         (ls_no_log_softmax, "uses the logits as log-probabilities"),
+        (ls_sentence_mean, "it averages per sentence, then over sentences"),
+        (ls_implicit_dim, "F.log_softmax without a dim picks dim=0 for a 3-D tensor"),
+        (ls_positive_sum, "the minus sign is missing"),
+        (ls_mean_over_classes, "it averages over the V classes"),
+        (ls_divides_by_positions, "divides the sum over the non-padding tokens by the number of all positions"),
     ],
     "transformer-noam_lr": [
         (stub, "not answered yet"),
@@ -368,6 +461,8 @@ MISTAKES = {
     "transformer-greedy_decode": [
         (stub, "not answered yet"),
         # (the learner-style mistakes of greedy decoding are in the spec's catalogue: tests/test_catalogue.py)
+        (greedy_whole_sequence, "it feeds back the argmax at every position"),
+        (greedy_until_all_have_eos, "it does not stop a sentence at its EOS"),
     ],
     "transformer-train_step": [
         (stub, "not answered yet"),

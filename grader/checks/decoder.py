@@ -24,9 +24,10 @@ import torch.nn.functional as F
 
 from coursekit.drivers.decoder import LAYER_PARAMS
 
-from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Spec, _equal, catalogued, judge_case,
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Probe, Raises, Rule, Spec, _equal, catalogued, judge_case,
                     to_array, value)
-from .encoder import _connection, _constant_sublayers, _no_residual, _outside, _sqrt, _sublayer_knobs
+from .encoder import (IN_EVAL, NEED_WEIGHTS, SANDWICH, _chain, _connection, _constant_sublayers, _no_residual,
+                      _outside, _reused_norm, _sqrt, _sublayer_knobs)
 from .reference import decoder as ref
 from .reference import encoder as ref_encoder
 
@@ -61,10 +62,21 @@ def _bos(t, bos_id):
     return torch.full((t.shape[0], 1), bos_id, dtype=t.dtype)
 
 
+_SHIFT_RULES = (
+    Rule("bos_id != 1", lambda call: call.args[1] != 1),
+    Rule("a target of length 1 (BOS alone)", lambda call: call.args[0].shape[1] == 1),
+    Rule("several sentences, batch != length", lambda call: 1 < call.args[0].shape[0] != call.args[0].shape[1]),
+)
+
 SHIFT_RIGHT = Spec(
     id="decoder-shift_right",
     function="shift_right",
     inputs=_shift_inputs,
+    rules=_SHIFT_RULES,
+    equivalent=(
+        ("L3 torch.full((target.shape[0], 1), bos_id, dtype=target.dtype) -> torch.full((target.shape[0], 1), bos_id)",
+         "the docstring's target is int64, and torch.full with an int fill value (bos_id) makes int64 already"),
+    ),
     reference=ref.shift_right,
     driver="tensors",
     prepare=_int_ids,
@@ -143,10 +155,21 @@ def _every(t, p):
     return torch.ones(t.shape[0], 1, t.shape[1], dtype=torch.bool)
 
 
+def _lengths(ids: np.ndarray, pad: int) -> set:
+    return set(np.sum(ids != pad, axis=-1).tolist())
+
+
+_MASK_RULES = (
+    Rule("padding keys in sentences of different lengths", lambda call: len(_lengths(*call.args)) > 1),
+    Rule("pad_id != 0, with real tokens 0", lambda call: call.args[1] != 0 and bool(np.any(call.args[0] == 0))),
+    Rule("batch != tgt_len", lambda call: call.args[0].shape[0] != call.args[0].shape[1]),
+)
+
 DECODER_SELF_MASK = Spec(
     id="decoder-decoder_self_mask",
     function="decoder_self_mask",
     inputs=_mask_inputs,
+    rules=_MASK_RULES,
     reference=ref.decoder_self_mask,
     driver="tensors",
     prepare=_no_heads_axis,
@@ -174,6 +197,13 @@ DECODER_SELF_MASK = Spec(
         # (the second question pads with 4 and holds real 0 tokens)
         Mistake("pad_zero", "it hides token 0 instead of pad_id: use the pad_id argument",
                 lambda t, p: ref.decoder_self_mask(t, 0)),
+    ),
+    errors=(
+        Raises("decoder_self_mask raised {error}: the padding mask (batch, tgt_len) does not broadcast against the "
+               "causal mask (tgt_len, tgt_len). Give it an axis for the queries, (tgt_in != pad_id)[:, None, :] of "
+               "shape (batch, 1, tgt_len): each key column is hidden for every query",
+               example=lambda t, p: torch.tril(torch.ones(t.shape[1], t.shape[1], dtype=torch.bool)) & (t != p),
+               match="must match the size of tensor"),
     ),
     diagnosed=(
         Mistake("heads_axis", "without a heads axis", lambda t, p: ref.decoder_self_mask(t, p)[:, None]),
@@ -363,11 +393,58 @@ def _layer_variant(**connections):
     return _decoder_layer(forward=forward)
 
 
+def _decoder_wired(normed_memory=False, **crossed):
+    """A layer whose sublayers are chained with crossed wires (encoder._chain's keywords), or
+    (``normed_memory``) whose pre-norm cross-attention normalizes the memory too."""
+
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        mask, ignored = self.self_mask(tgt_mask), self.memory_ignored(memory_padding_mask)
+        keys = self.norm2(memory) if normed_memory and self.norm_first else memory
+        sublayers = (lambda x: self.attend(x, mask), lambda x: self.cross(x, keys, ignored), self.ffn)
+        return _chain(y, sublayers, self.norms(), self.norm_first, **crossed)
+
+    return _decoder_layer(forward=forward)
+
+
+_DECODER_ROLES = {"norm1": "the masked self-attention sublayer", "norm2": "the cross-attention sublayer",
+                  "norm3": "the feed-forward sublayer"}
+# Wires a learner crosses in the decoder layer (issue 33): norms reused, residuals and inputs taken
+# from the layer's input y, the memory normalized with the queries.
+_DECODER_WIRING = (
+    *(Mistake(name, diagnosis, _decoder_layer(norms=norms)) for name, diagnosis, norms in
+      (_reused_norm(pattern, _DECODER_ROLES) for pattern in (("norm1", "norm1", "norm1"), ("norm1", "norm2", "norm2"),
+                                                            ("norm1", "norm1", "norm3")))),
+    Mistake("residual_from_input", "the cross-attention and feed-forward sublayers add back the layer's input y, not "
+            "their own input: each residual adds back the tensor its sublayer was given (the previous sublayer's "
+            "output)", _decoder_wired(residual_from=(1, 2))),
+    Mistake("ffn_residual_from_input", "the feed-forward sublayer's residual adds back the layer's input y, not its "
+            "own input (the cross-attention sublayer's output): each residual adds back the tensor its sublayer was "
+            "given", _decoder_wired(residual_from=(2,))),
+    Mistake("cross_given_input", "the cross-attention's queries come from the layer's input y, not from the masked "
+            "self-attention sublayer's output: the sublayers run one after the other, each on the previous one's "
+            "output", _decoder_wired(reads=(1,))),
+    Mistake("memory_normed", "with norm_first=True it normalizes the memory too (norm2(memory)): pre-norm normalizes "
+            "the sublayer's input x only, the queries; the keys and values are the encoder's memory as it is",
+            _decoder_wired(normed_memory=True)),
+    Mistake("sandwich", SANDWICH, _decoder_wired(sandwich=True)),
+)
+
+
 def _layer_raised(signature: str) -> tuple[Raises, ...]:
     """The raised-error rules of a decoder module; ``signature`` is how the grader calls it."""
     return (
         Raises("{what}: the grader could not load torch's weights into your module: {error}",
                example=_decoder_layer(__init__=_renamed_init), match="has no attribute|has no .*it should be|has shape"),
+        # (each attention given the other's mask: the shapes say which, a square mask where the
+        # cross-attention wants (tgt_len, src_len), a source-length padding mask on the targets)
+        Raises("{what} raised {error}. The cross-attention (multihead_attn) got a square (tgt_len, tgt_len) mask, the "
+               "self-attention's: tgt_mask belongs to self_attn only; the cross-attention's mask is the memory's "
+               "padding, key_padding_mask=~memory_padding_mask", example=_CrossGetsTargetMask,
+               match=r"attn_mask is torch\.Size\(\[(?:\d+, )?(\d+), \1\]\), but should be \((?:\d+, )?\1, (?!\1\))"),
+        Raises("{what} raised {error}. The self-attention got the memory's padding mask, one entry per SOURCE "
+               "position: key_padding_mask=~memory_padding_mask belongs to the cross-attention (multihead_attn); "
+               "the self-attention's mask is attn_mask=torch_attn_mask(tgt_mask, heads)",
+               example=_SelfGetsMemoryMask, match=r"key_padded_mask\.shape\[1\] to be (\d+), but got (?!\1\b)"),
         Raises("{what} raised {error}. torch wants a 3-D attn_mask of shape (batch * heads, tgt_len, tgt_len), True = "
                "ignore: pass torch_attn_mask(tgt_mask, heads), the helper that converts a course mask of any shape",
                example=_decoder_layer(self_mask=lambda self, m: None if m is None else ~m),
@@ -380,6 +457,26 @@ def _layer_raised(signature: str) -> tuple[Raises, ...]:
                match="returns a tuple|returns a list"),
         Raises("{what} raised {error}: " + signature, example=_OldNames, match="unexpected keyword argument"),
     )
+
+
+class _CrossGetsTargetMask(ref.DecoderLayer):
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        self.wrong = self.self_mask(tgt_mask)
+        return super().forward(y, memory, tgt_mask, memory_padding_mask)
+
+    def cross(self, x, memory, ignored):
+        return self.dropout(self.multihead_attn(x, memory, memory, attn_mask=self.wrong, key_padding_mask=ignored,
+                                                need_weights=False)[0])
+
+
+class _SelfGetsMemoryMask(ref.DecoderLayer):
+    def forward(self, y, memory, tgt_mask=None, memory_padding_mask=None):
+        self.wrong = self.memory_ignored(memory_padding_mask)
+        return super().forward(y, memory, tgt_mask, memory_padding_mask)
+
+    def attend(self, x, mask):
+        return self.dropout(self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=self.wrong,
+                                           need_weights=False)[0])
 
 
 def _renamed_init(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
@@ -415,11 +512,40 @@ class _FunctionalDropout(ref.DecoderLayer):
         return F.dropout(self.linear2(torch.relu(self.linear1(x))), 0.5)
 
 
+def _masks(call: Call) -> tuple:
+    """(tgt_mask, memory padding mask) of a layer call."""
+    return call.args[-2], call.args[-1]
+
+
+_LAYER_RULES = (
+    Rule("tgt_len != src_len (the cross-attention's queries and keys)",
+         lambda call: call.args[-4].shape[2] != call.args[-3].shape[2]),
+    Rule("batch, heads, tgt_len and d_model all different",
+         lambda call: len({call.args[-4].shape[1], call.args[1], call.args[-4].shape[2], call.args[0]}) == 4),
+    Rule("a memory padding mask", lambda call: _masks(call)[1] is not None and not np.all(_masks(call)[1])),
+    Rule("a (tgt_len, tgt_len) tgt_mask", lambda call: np.ndim(_masks(call)[0]) == 2),
+    Rule("a (batch, tgt_len, tgt_len) tgt_mask", lambda call: np.ndim(_masks(call)[0]) == 3),
+    Rule("no masks", lambda call: all(m is None for m in _masks(call))),
+    Rule("norm_first=True", lambda call: call.args[4] is True),
+    Rule("norm_first=False", lambda call: call.args[4] is False),
+)
+
 DECODER_LAYER = Spec(
     id="decoder-DecoderLayer",
     submodules=("self_attn", "multihead_attn", "norm1", "norm2", "norm3", "linear1", "linear2"),
     function="DecoderLayer",
     inputs=_layer_inputs,
+    rules=_LAYER_RULES,
+    equivalent=(
+        ("L8 nn.MultiheadAttention(d_model, heads, dropout=dropout, ba... -> "
+         "nn.MultiheadAttention(d_model, heads, batch_first=True)", IN_EVAL),
+        ("L9 nn.MultiheadAttention(d_model, heads, dropout=dropout, ba... -> "
+         "nn.MultiheadAttention(d_model, heads, batch_first=True)", IN_EVAL),
+        ("L22 self.self_attn(x, x, x, attn_mask=mask, need_weights=False) -> self.self_attn(x, x, x, attn_mask=mask)",
+         NEED_WEIGHTS),
+        ("L22 False -> True", NEED_WEIGHTS),
+        ("L25 False -> True", NEED_WEIGHTS),
+    ),
     reference=ref.DecoderLayer,
     driver="decoder.decoder_layer",
     judge=_layer_judge,
@@ -453,6 +579,7 @@ DECODER_LAYER = Spec(
         Mistake("memory_mask_inverted", "memory_padding_mask is used the wrong way round: it is True at real tokens, "
                 "torch's key_padding_mask is True at padding, so pass ~memory_padding_mask",
                 _decoder_layer(memory_ignored=lambda self, m: m)),
+        *_DECODER_WIRING,
     ),
     variant=_layer_variant,
     knobs=_sublayer_knobs({"self": ("masked self-attention", "norm1", "attention"),
@@ -577,6 +704,14 @@ class _MemoryMaskDropped(ref.Decoder):
         return super().forward(tgt_in, memory)
 
 
+_STACK_RULES = (
+    Rule("padding in the target", lambda call: len(_lengths(call.args[-3][0], call.args[6])) > 1),
+    Rule("padding in the memory", lambda call: not np.all(call.args[-1])),
+    Rule("pad_id != 0, with real tokens 0", lambda call: call.args[6] != 0 and bool(np.any(call.args[-3][0] == 0))),
+    Rule("tgt_len != src_len", lambda call: call.args[-3].shape[2] != call.args[-2].shape[2]),
+    Rule("two layers or more", lambda call: call.args[4] >= 2),
+)
+
 DECODER = Spec(
     id="decoder-Decoder",
     submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.multihead_attn", "layers.*.norm1",
@@ -584,6 +719,7 @@ DECODER = Spec(
     function="Decoder",
     depends=("decoder-DecoderLayer", "decoder-decoder_self_mask"),  # its solution calls them
     inputs=_stack_inputs,
+    rules=_STACK_RULES,
     reference=ref.Decoder,
     driver="decoder.decoder_stack",
     judge=_stack_judge,
@@ -602,6 +738,10 @@ DECODER = Spec(
                 _decoder(lambda self, e, pe, n: e * _sqrt(self) + 2 * pe[:n])),
         Mistake("pe_shifted", "the positional encoding starts at position 1: the first token gets row 0, PE[:tgt_len]",
                 _decoder(lambda self, e, pe, n: e * _sqrt(self) + pe[1:n + 1])),
+        Mistake("layers_unused", "the output is the embeddings with their positions: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, memory, tgt_mask=..., memory_padding_mask=...)",
+                _decoder(forward=lambda self, tgt_in, memory, memory_padding_mask=None: self.dropout(
+                    self.inputs(tgt_in)))),
         Mistake("shared_layers", "the layers share one set of weights: nn.ModuleList([layer] * n) repeats the same "
                 "module; build a new DecoderLayer for each layer", _SharedDecoderLayers),
         Mistake("no_self_mask", "no self-attention mask reaches the layers, so every position sees the future: pass "
@@ -613,10 +753,10 @@ DECODER = Spec(
                 "(decoder_self_mask(tgt_in, self.pad_id))",
                 _decoder(mask=lambda self, t: ref.decoder_self_mask(t, 0))),
     ),
-    errors=tuple(replace(rule, example=_decoder(layer=rule.example) if i != 3 else _TupleDecoder)
-                 for i, rule in enumerate(_layer_raised(
+    errors=tuple(replace(rule, example=_TupleDecoder if "returns a tuple" in rule.match else _decoder(layer=rule.example))
+                 for rule in _layer_raised(
         "the grader calls Decoder(vocab_size, d_model, heads, d_ff, layers, max_len, pad_id, dropout=...) and "
-        "forward(tgt_in, memory, memory_padding_mask=...) with these names"))),
+        "forward(tgt_in, memory, memory_padding_mask=...) with these names")),
     diagnosed=(
         Mistake("dropout_on", "dropout is still on (built with dropout=0.5), in the Decoder or in its DecoderLayers",
                 _decoder(layer=_FunctionalDropout)),
@@ -692,10 +832,17 @@ def _changed_first(decoder, tgt_in, memory, position, new_token):
     return (decoder(tgt_in, memory) - decoder(tgt_in, memory)).abs().amax(-1)
 
 
+_INFLUENCE_RULES = (
+    Rule("a decoder that is not causal (the change is measured everywhere)",
+         lambda call: bool(np.any(np.triu(call.args[1], 1)))),
+    Rule("a causal decoder", lambda call: not np.any(np.triu(call.args[1], 1))),
+)
+
 FUTURE_INFLUENCE = Spec(
     id="decoder-future_influence",
     function="future_influence",
     inputs=_influence_inputs,
+    rules=_INFLUENCE_RULES,
     reference=ref.future_influence,
     driver="decoder.influence_probe",
     prepare=_influence_answer,

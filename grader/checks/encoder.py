@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from coursekit.drivers.encoder import LAYER_KEYS
 
-from ._core import Call, CheckFailed, Knob, Mistake, Probe, Raises, Spec, to_array
+from ._core import Call, CheckFailed, Knob, Mistake, Probe, Raises, Rule, Spec, to_array
 from ._probes import activation_shape
 from .reference import encoder as ref
 
@@ -80,10 +80,27 @@ def _eps_outside(x, gamma, beta, eps=1e-5):
     return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, correction=0).sqrt() + eps) * gamma + beta
 
 
+def _eps(call: Call) -> float:
+    return call.kwargs.get("eps", call.args[3] if len(call.args) > 3 else 1e-5)
+
+
+# The docstring's rules: eps (its default, by keyword, by position) inside the root, where a row's
+# variance is near eps; the last axis of an input with more axes than two.
+_LAYER_NORM_RULES = (
+    Rule("the default eps", lambda call: len(call.args) == 3 and not call.kwargs),
+    Rule("eps by keyword", lambda call: "eps" in call.kwargs),
+    Rule("eps by position", lambda call: len(call.args) == 4),
+    Rule("a token whose variance is near eps",
+         lambda call: bool(np.any(np.var(call.args[0], axis=-1) < 100 * _eps(call)))),
+    Rule("more than two axes, normalized over the last",
+         lambda call: np.ndim(call.args[0]) >= 3 and len(set(np.shape(call.args[0]))) == 3),
+)
+
 LAYER_NORM = Spec(
     id="encoder-layer_norm",
     function="layer_norm",
     inputs=_layer_norm_inputs,
+    rules=_LAYER_NORM_RULES,
     reference=ref.layer_norm,
     driver="tensors",
     mistakes=(
@@ -112,11 +129,25 @@ LAYER_NORM = Spec(
         Mistake("batch_axis", "it normalizes over the batch axis (dim=0); layer norm normalizes each token's "
                 "d_model features: mean and variance over the LAST axis, dim=-1, keepdim=True",
                 lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, dim=0)),
+        Mistake("whole_tensor", "it takes the mean and the variance of the whole tensor (no dim); layer norm "
+                "normalizes each token on its own: mean and variance over the last axis, dim=-1, keepdim=True",
+                lambda x, g, b, eps=1e-5: _ln(x, g, b, eps, dim=tuple(range(x.dim())))),
+        Mistake("not_centred", "the mean is not subtracted: x is divided by its standard deviation as it is; "
+                "normalize x - mean, (x - mean) / sqrt(var + eps)",
+                lambda x, g, b, eps=1e-5: x / torch.sqrt(x.var(-1, keepdim=True, correction=0) + eps) * g + b),
+        # (the first question's tiny-variance token makes eps matter at its default too)
+        Mistake("no_eps", "eps is missing: it divides by sqrt(var), which a token of (nearly) constant features "
+                "makes (nearly) zero; add eps inside the root, sqrt(var + eps)",
+                lambda x, g, b, eps=1e-5: _ln(x, g, b, 0.0)),
     ),
     errors=(
         _numpy_rule(lambda x, g, b, eps=1e-5: ref.layer_norm(x, g, b, eps).numpy()),
         Raises("{what} raised {error}: the signature is layer_norm(x, gamma, beta, eps=1e-5)",
                example=lambda x, g, b: ref.layer_norm(x, g, b), match="unexpected keyword argument 'eps'"),
+        Raises("{what} raised {error}: the mean and the variance lose their last axis, so they do not broadcast "
+               "against x. Keep it: x.mean(dim=-1, keepdim=True), x.var(dim=-1, keepdim=True, correction=0)",
+               example=lambda x, g, b, eps=1e-5: (x - x.mean(-1)) / torch.sqrt(x.var(-1, correction=0) + eps) * g + b,
+               match="must match the size of tensor"),
     ),
     by_call=True,
 )
@@ -225,10 +256,25 @@ def _activation_region(rng: np.random.Generator) -> list[Call]:
     return [Call((x, eye, zero, eye, zero), what="feed_forward(x, I, 0, I, 0) on a known activation region")]
 
 
+def _hidden(call: Call) -> np.ndarray:
+    x, W1, b1 = call.args[:3]
+    return x @ W1.T + b1
+
+
+# ReLU where the hidden layer has both signs (and beyond 6, where ReLU6 clips); layers on the last axis
+# of any input; d_ff != d_model (nn.Linear's layout shows)
+_FEED_FORWARD_RULES = (
+    Rule("hidden values of both signs", lambda call: bool((_hidden(call) < 0).any() and (_hidden(call) > 0).any())),
+    Rule("hidden values beyond 6", lambda call: bool((_hidden(call) > 6).any())),
+    Rule("more than two axes", lambda call: np.ndim(call.args[0]) >= 3),
+    Rule("d_ff != d_model", lambda call: call.args[1].shape[0] != call.args[1].shape[1]),
+)
+
 FEED_FORWARD = Spec(
     id="encoder-feed_forward",
     function="feed_forward",
     inputs=_feed_forward_inputs,
+    rules=_FEED_FORWARD_RULES,
     reference=ref.feed_forward,
     driver="tensors",
     # The activation and the biases are knobs: each wrong setting is a catalogued mistake, and
@@ -305,6 +351,12 @@ def _connection_inputs(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
+# one wrong arrangement of both norm_first settings: a norm before the sublayer and one after the sum
+SANDWICH = ("each sublayer is normalized twice, before the sublayer and after the residual sum, "
+            "norm(x + sublayer(norm(x))): one norm per sublayer, pre-norm x + sublayer(norm(x)) or post-norm "
+            "norm(x + sublayer(x)) as norm_first says")
+
+
 def _pre_right(post):
     """A connection right in pre-norm and ``post(x, sublayer, norm)`` in post-norm."""
     return lambda x, s, n, norm_first=False: x + s(n(x)) if norm_first else post(x, s, n)
@@ -331,10 +383,18 @@ def _outside(x, s, n, norm_first=False):
     return x + n(s(x))
 
 
+# norm_first: True, False, and its default (post-norm)
+_CONNECTION_RULES = (
+    Rule("norm_first=True", lambda call: call.args[-1] is True),
+    Rule("norm_first=False", lambda call: call.args[-1] is False),
+    Rule("norm_first by its default", lambda call: call.args[-1] is None),
+)
+
 SUBLAYER_CONNECTION = Spec(
     id="encoder-sublayer_connection",
     function="sublayer_connection",
     inputs=_connection_inputs,
+    rules=_CONNECTION_RULES,
     reference=ref.sublayer_connection,
     driver="encoder.drive_sublayer_connection",
     # Several mistakes are wrong in one arrangement only, so that the diagnosis names the
@@ -361,6 +421,7 @@ SUBLAYER_CONNECTION = Spec(
                 _pre_right(_no_norm)),
         Mistake("no_norm", "the norm is skipped: it returns x + sublayer(x); call norm, x + sublayer(norm(x))",
                 _no_norm),
+        Mistake("sandwich", SANDWICH, lambda x, s, n, norm_first=False: n(x + s(n(x)))),
         Mistake("alone", "it returns sublayer(x) alone: no residual and no norm",
                 lambda x, s, n, norm_first=False: s(x)),
         Mistake("identity", "it returns x unchanged: the sublayer is never applied",
@@ -444,6 +505,17 @@ def _connected(connection):
     return _layer(connect=lambda self, x, s, n: connection(x, s, n, self.norm_first))
 
 
+def _wired(**crossed):
+    """A layer whose sublayers are chained with crossed wires (:func:`_chain`'s keywords)."""
+    def forward(self, x, padding_mask=None):
+        ignore = self.ignored(padding_mask)
+        return _chain(x, (lambda t: self.attend(t, ignore), self.ffn), self.norms(), self.norm_first, **crossed)
+    return _layer(forward=forward)
+
+
+_ENCODER_ROLES = {"norm1": "the self-attention sublayer", "norm2": "the feed-forward sublayer"}
+
+
 def _connection(x, sublayer, norm, norm_first, residual="once", normed="once"):
     """sublayer_connection with its residual or its norm "missing", or written inside the
     sublayer as well as around it ("twice": the sublayer adds its own input back, or
@@ -459,6 +531,38 @@ def _connection(x, sublayer, norm, norm_first, residual="once", normed="once"):
         return h if residual == "missing" else x + h
     h = inner(x)
     return around(h if residual == "missing" else x + h)
+
+
+def _chain(x, sublayers, norms, norm_first, *, reads=(), residual_from=(), sandwich=False):
+    """The sublayer connections of a layer, one after the other, with the wires a learner
+    crosses: the sublayers numbered in ``reads`` are given the layer's input instead of the
+    previous sublayer's output, those in ``residual_from`` add back the layer's input instead
+    of their own input; ``sandwich`` normalizes both before the sublayer and after the sum."""
+    y = x
+    for i, (sublayer, norm) in enumerate(zip(sublayers, norms)):
+        given, back = (y if i in reads else x), (y if i in residual_from else x)
+        if sandwich:
+            x = norm(back + sublayer(norm(given)))
+        else:
+            x = back + sublayer(norm(given)) if norm_first else norm(back + sublayer(given))
+    return x
+
+
+def _listed(words: list[str]) -> str:
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _reused_norm(pattern: tuple[str, ...], roles: dict[str, str]) -> tuple[str, str, object]:
+    """(mistake name, diagnosis, ``norms`` method) of a layer that uses one of its norms for two
+    sublayers (``pattern``: the norm each sublayer uses; ``roles``: each norm's sublayer)."""
+    reused = next(n for n in pattern if pattern.count(n) > 1)
+    unused = [n for n in roles if n not in pattern]
+    users = _listed([roles[m] for m, n in zip(roles, pattern) if n == reused])
+    own = ", ".join(f"{n} for {r}" for n, r in roles.items())
+    diagnosis = (f"{reused} is used for {users} ({_listed(unused)} never): one norm object keeps one gamma and "
+                 f"beta, and each sublayer has its own norm: {own}")
+    return "norm_reused_" + "".join(n[-1] for n in pattern), diagnosis, lambda self: tuple(getattr(self, n)
+                                                                                          for n in pattern)
 
 
 _MASKS = {"right": ref.EncoderLayer.ignored, "inverted": lambda self, m: m, "ignored": lambda self, m: None}
@@ -513,6 +617,12 @@ def _constant_sublayers(layer_params, keys, biases, build):
                                  what="a layer whose sublayers output constants"))
         return asked
     return calls
+
+
+class _SequenceFirst(ref.EncoderLayer):
+    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__(d_model, heads, d_ff, dropout, norm_first)
+        self.self_attn = torch.nn.MultiheadAttention(d_model, heads, dropout=dropout)
 
 
 class _AlwaysDropping(ref.EncoderLayer):
@@ -571,12 +681,46 @@ _MODULE_DIAGNOSED = (
             lambda *args: None),
 )
 
+def _layer_sizes(call: Call) -> tuple:
+    """(batch, heads, seq_len, d_model) of a layer call."""
+    x = call.args[-2]
+    return x.shape[0], call.args[1], x.shape[1], call.args[0]
+
+
+def _padded(keep) -> bool:
+    """A padding mask that hides some keys, in sentences of different lengths."""
+    return keep is not None and not np.all(keep) and len(set(np.sum(keep, axis=-1).tolist())) > 1
+
+
+_LAYER_RULES = (
+    Rule("a padding mask (sentences of different lengths)", lambda call: _padded(call.args[-1])),
+    Rule("no padding mask", lambda call: call.args[-1] is None),
+    Rule("norm_first=True", lambda call: call.args[3] is True),
+    Rule("norm_first=False", lambda call: call.args[3] is False),
+    Rule("batch, heads, seq_len and d_model all different", lambda call: len(set(_layer_sizes(call))) == 4),
+)
+
+# Mutants of a module's reference that compute the same outputs where the checks can look
+IN_EVAL = "the module is judged in eval mode (random dropout masks cannot be compared), where dropout is the identity"
+NEED_WEIGHTS = "need_weights only decides whether the weights come back too: the output, [0], is the same"
+# (a gap, not a proof: training with another rate differs; the gpt driver counts such nn.Dropout modules)
+RATE_IN_EVAL = ("layers built with their default dropout rate instead of the one given: judged in eval mode, where "
+                "every rate gives the identity; the training-mode rate is not checked")
+
 ENCODER_LAYER = Spec(
     id="encoder-EncoderLayer",
     submodules=("self_attn", "norm1", "linear1", "linear2", "norm2"),
     function="EncoderLayer",
     depends=("encoder-sublayer_connection",),  # its solution calls them
     inputs=_layer_inputs,
+    rules=_LAYER_RULES,
+    equivalent=(
+        ("L7 nn.MultiheadAttention(d_model, heads, dropout=dropout, ba... -> "
+         "nn.MultiheadAttention(d_model, heads, batch_first=True)", IN_EVAL),
+        ("L20 self.self_attn(t, t, t, key_padding_mask=ignore, need_wei... -> "
+         "self.self_attn(t, t, t, key_padding_mask=ignore)", NEED_WEIGHTS),
+        ("L20 False -> True", NEED_WEIGHTS),
+    ),
     reference=ref.EncoderLayer,
     driver="encoder.drive_encoder_layer",
     prepare=_two_calls,
@@ -611,6 +755,17 @@ ENCODER_LAYER = Spec(
                 "path carries x itself", _connected(lambda x, s, n, norm_first: _normed(x, s, n))),
         Mistake("outside", "the norm is applied to the sublayer's output before the residual, x + norm(sublayer(x))",
                 _connected(_outside)),
+        *(Mistake(name, diagnosis, _layer(norms=norms)) for name, diagnosis, norms in
+          (_reused_norm(pattern, _ENCODER_ROLES) for pattern in (("norm1", "norm1"), ("norm2", "norm2")))),
+        Mistake("ffn_residual_from_input", "the feed-forward sublayer's residual adds back the layer's input x, not "
+                "its own input (the self-attention sublayer's output): each residual adds back the tensor its "
+                "sublayer was given", _wired(residual_from=(1,))),
+        Mistake("ffn_given_input", "the feed-forward sublayer is given the layer's input x, not the self-attention "
+                "sublayer's output: the sublayers run one after the other, each on the previous one's output",
+                _wired(reads=(1,))),
+        Mistake("sandwich", SANDWICH, _wired(sandwich=True)),
+        Mistake("not_batch_first", "the self-attention reads x as (seq_len, batch, d_model), so it attends across "
+                "the sentences of the batch: build nn.MultiheadAttention with batch_first=True", _SequenceFirst),
     ),
     # How the residual connections and norms are arranged, whatever a sublayer computes.
     probes=(
@@ -635,7 +790,7 @@ ENCODER_LAYER = Spec(
 def _encoder_inputs(rng: np.random.Generator) -> list[Call]:
     calls = []
     for vocab, d_model, heads, d_ff, n_layers, max_len, pad_id, batch, seq_len in [
-            (11, 8, 2, 14, 2, 9, 0, 2, 6), (13, 10, 2, 7, 3, 12, 3, 3, 5)]:
+            (11, 8, 2, 14, 2, 9, 0, 2, 6), (13, 10, 2, 7, 3, 5, 3, 3, 5)]:  # (the second fills max_len)
         p = {"embed.weight": rng.normal(scale=0.4, size=(vocab, d_model))}
         for i in range(n_layers):
             p.update({f"layers.{i}.{k}": v for k, v in _layer_params(rng, d_model, d_ff).items()})
@@ -674,6 +829,18 @@ class _SharedLayers(ref.Encoder):
         self.layers = torch.nn.ModuleList([self.layers[0]] * layers)
 
 
+_ENCODER_RULES = (
+    Rule("padding in the source (sentences of different lengths)",
+         lambda call: _padded(call.args[-1] != call.args[6])),
+    Rule("pad_id != 0", lambda call: call.args[6] != 0),
+    Rule("two layers or more", lambda call: call.args[4] >= 2),
+    Rule("seq_len < max_len (the table cut)", lambda call: call.args[-1].shape[1] < call.args[5]),
+    Rule("seq_len == max_len (the whole table)", lambda call: call.args[-1].shape[1] == call.args[5]),
+)
+
+_TABLE = ("the table needs seq_len <= max_len rows (asked with seq_len == max_len); its extra row serves a "
+          "catalogued mistake")
+
 ENCODER = Spec(
     id="encoder-Encoder",
     submodules=("embed", "layers.*", "layers.*.self_attn", "layers.*.norm1", "layers.*.linear1", "layers.*.linear2",
@@ -681,6 +848,14 @@ ENCODER = Spec(
     function="Encoder",
     depends=("encoder-EncoderLayer",),  # its solution calls them
     inputs=_encoder_inputs,
+    rules=_ENCODER_RULES,
+    equivalent=(
+        ("L12 max_len + 1 -> max_len", _TABLE),
+        ("L12 1 -> 2", _TABLE),
+        ("L12 1 -> 0", _TABLE),
+        ("L12 False -> True", "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
+        ("L14 self.layer(d_model, heads, d_ff, dropout) -> self.layer(d_model, heads, d_ff)", RATE_IN_EVAL),
+    ),
     reference=ref.Encoder,
     driver="encoder.drive_encoder",
     prepare=_two_calls,
@@ -707,6 +882,8 @@ ENCODER = Spec(
         Mistake("first_layer_only", "the first layer is applied every time: loop over the layers, `for layer in "
                 "self.layers: x = layer(x, padding_mask)`",
                 _encoder(stack=lambda self: [self.layers[0]] * len(self.layers))),
+        Mistake("layers_unused", "the output is the embeddings with their positions: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, padding_mask)", _encoder(stack=lambda self: [])),
     ),
     # the layer's rules, each shown by an Encoder: of that layer, or (the signature) its own
     errors=tuple(replace(rule, example={_Old: _OldEncoder, _NotAModule: _NotAModule}.get(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Spec, _explain_raised, close,
+from ._core import (Call, Case, CheckFailed, Hint, Mistake, Raised, Raises, Rule, Spec, _explain_raised, close,
                     judge_case, to_array, value)
 from .reference import seq2seq_rnn as ref
 
@@ -81,7 +81,10 @@ def _attention(*, dim=-1, tanh=True, use_v=True, mask_mode="right", context_from
         if mask is not None and mask_mode in ("right", "inverted", "zero"):
             fill = 0.0 if mask_mode == "zero" else float("-inf")
             scores = scores.masked_fill(mask if mask_mode == "inverted" else ~mask, fill)
-        weights = torch.softmax(scores, dim=dim) if normalise else torch.exp(scores)
+        if dim == "size_one":  # scores kept as (batch, src_len, 1): the softmax of one number is 1
+            weights = torch.softmax(scores[..., None], dim=-1)[..., 0]
+        else:
+            weights = torch.softmax(scores, dim=dim) if normalise else torch.exp(scores)
         if mask is not None and mask_mode == "after":
             weights = weights * mask
         values = {"keys": keys, "projected": pk}.get(context_from, keys)
@@ -110,18 +113,44 @@ def _judge_attention(case: Case) -> None:
     judge_case(case)
 
 
+def _sizes(call: Call) -> tuple:
+    """(batch, src_len, d_query, d_key, d_attn) of a call."""
+    query, keys, W_q = call.args[:3]
+    return query.shape[0], keys.shape[1], query.shape[1], keys.shape[2], W_q.shape[0]
+
+
+_ATTENTION_RULES = (
+    Rule("mask=None", lambda call: call.args[5] is None),
+    Rule("a mask hiding positions, every row keeping one", lambda call: call.args[5] is not None
+         and not np.all(call.args[5]) and bool(np.all(np.any(call.args[5], axis=-1)))),
+    Rule("projected_keys given", lambda call: call.kwargs.get("projected_keys") is not None),
+    Rule("d_query != d_key != d_attn", lambda call: len(set(_sizes(call)[2:])) == 3),
+    Rule("batch != src_len", lambda call: _sizes(call)[0] != _sizes(call)[1]),
+)
+
 ADDITIVE_ATTENTION = Spec(
     id="seq2seq_rnn-additive_attention",
     function="additive_attention",
     driver="tensors",
     inputs=_attention_calls,
+    rules=_ATTENTION_RULES,
+    equivalent=(
+        ("L9 -1 -> 1",
+         "scores are (batch, src_len): dim=1 is the last axis, dim=-1"),
+    ),
     reference=ref.additive_attention,
     parts=("context", "weights"),
     order=(1, 0),  # the context follows from the weights: judge the weights first
     judge=_judge_attention,
     mistakes=(
         Mistake("batch_axis", "the softmax runs over the batch axis: each sentence's weights over its source "
-                "positions must sum to 1, softmax(scores, dim=-1) for scores (batch, src_len)", _attention(dim=0)),
+                "positions must sum to 1, softmax(scores, dim=-1) for scores (batch, src_len). (F.softmax without a "
+                "dim picks dim=0 for a 3-D tensor such as scores of shape (batch, src_len, 1): always give dim)",
+                _attention(dim=0)),
+        Mistake("size_one_axis", "every weight is 1: the softmax runs over an axis of size 1 (scores of shape "
+                "(batch, src_len, 1), from @ v[:, None] or nn.Linear(d_attn, 1)). Squeeze that axis first, then take "
+                "the softmax over the source positions: scores (batch, src_len), softmax(scores, dim=-1)",
+                _attention(dim="size_one")),
         Mistake("no_tanh", "tanh is missing: the score is v . tanh(W_q q + W_k k_j) (Bahdanau et al. 2015, "
                 "Appendix A.1.2); without it the score is linear in the query and the keys", _attention(tanh=False)),
         Mistake("no_v", "v is missing: the scores sum the d_attn entries of tanh(W_q q + W_k k_j); take the dot "
@@ -223,10 +252,16 @@ def _model_calls(rng: np.random.Generator) -> list[Call]:
 
 
 def _gru_model(*, init="last", feed="teacher", use_mask=True, context="attention", order="emb_first",
-               attention_fn=ref.additive_attention, store="right"):
-    """The reference Seq2SeqGRU with one of the known mistakes (defaults: right)."""
+               attention_fn=ref.additive_attention, store="right", updated=True, batch_first=True):
+    """The reference Seq2SeqGRU with one of the known mistakes (defaults: right); ``updated``:
+    the decoder's new state is kept; ``batch_first``: how the encoder's nn.GRU is built."""
 
     class Seq2SeqGRU(ref.Seq2SeqGRU):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not batch_first:
+                self.encoder = torch.nn.GRU(self.encoder.input_size, self.encoder.hidden_size)
+
         def forward(self, src, tgt_in):
             mask = src != self.pad_id
             H, h_n = self.encoder(self.src_embed(src))
@@ -246,12 +281,14 @@ def _gru_model(*, init="last", feed="teacher", use_mask=True, context="attention
                         c = last
                     x = {"emb_first": lambda: torch.cat([e, c], -1), "ctx_first": lambda: torch.cat([c, e], -1),
                          "no_context": lambda: e, "no_dim": lambda: torch.cat([e, c])}[order]()
-                    s = self.decoder(x, s)
-                    y = self.out(torch.cat([s, c], -1))
+                    new = self.decoder(x, s)
+                    s = new if updated else s
+                    y = self.out(torch.cat([new, c], -1))
                     maps.append(w)
                 else:
-                    s = self.decoder(e, s)
-                    y = self.out(s)
+                    new = self.decoder(e, s)
+                    s = new if updated else s
+                    y = self.out(new)
                 logits.append(y)
                 token = y.argmax(-1)
             if self.attention and store:
@@ -330,6 +367,21 @@ class _NoReturn(ref.Seq2SeqGRU):
         super().forward(src, tgt_in)
 
 
+def _source_lengths(call: Call) -> set:
+    return set(np.sum(call.args[-2] != call.args[5], axis=-1).tolist())
+
+
+_MODEL_RULES = (
+    Rule("attention=True", lambda call: call.args[4] is True),
+    Rule("attention=False", lambda call: call.args[4] is False),
+    Rule("sources of different lengths (padding)", lambda call: len(_source_lengths(call)) > 1),
+    Rule("padding in tgt_in", lambda call: bool(np.any(call.args[-1] == call.args[5]))),
+    Rule("pad_id != 0", lambda call: call.args[5] != 0),
+)
+
+# (the drawn weights are loaded into every parameter, the padding row too)
+_PADDING_IDX = "padding_idx only zeroes the padding row at initialisation and in the gradient; the forward is the same"
+
 SEQ2SEQ_GRU = Spec(
     id="seq2seq_rnn-Seq2SeqGRU",
     submodules=("src_embed", "tgt_embed", "encoder", "out"),
@@ -337,6 +389,14 @@ SEQ2SEQ_GRU = Spec(
     depends=("seq2seq_rnn-additive_attention",),  # its solution calls them
     driver="seq2seq_rnn.seq2seq_model",
     inputs=_model_calls,
+    rules=_MODEL_RULES,
+    equivalent=(
+        ("L8 nn.Embedding(src_vocab, d_emb, padding_idx=pad_id) -> nn.Embedding(src_vocab, d_emb)", _PADDING_IDX),
+        ("L9 nn.Embedding(tgt_vocab, d_emb, padding_idx=pad_id) -> nn.Embedding(tgt_vocab, d_emb)", _PADDING_IDX),
+        ("L19 0 -> -1", "attn_v.weight is (1, d_hidden): its row 0 is its row -1"),
+        ("L34 -1 -> 1", "the embedding and the context are (batch, features): dim=1 is the last axis, dim=-1"),
+        ("L35 -1 -> 1", "the state and the context are (batch, features): dim=1 is the last axis, dim=-1"),
+    ),
     reference=ref.Seq2SeqGRU,
     judge=_judge_gru,
     mistakes=(
@@ -359,6 +419,12 @@ SEQ2SEQ_GRU = Spec(
                 _gru_model(context="last")),
         Mistake("context_first", "the decoder's input is cat([context, embedding]); the docstring's order is "
                 "cat([embedding, context], -1)", _gru_model(order="ctx_first")),
+        Mistake("state_not_updated", "the decoder's state is never carried forward: every step starts again from the "
+                "encoder's state. Keep the new state, s = cell(input, s), for the next step",
+                _gru_model(updated=False)),
+        Mistake("encoder_not_batch_first", "the encoder's nn.GRU reads its input as (seq_len, batch, d_emb): build it "
+                "with batch_first=True for the (batch, src_len) ids, nn.GRU(d_emb, d_hidden, batch_first=True)",
+                _gru_model(batch_first=False)),
     ),
     errors=(
         Raises("{what}: {error}", match="has no parameter|docstring's sizes give|does not name|attention_weights|"
@@ -430,7 +496,30 @@ def _accuracy_calls(rng: np.random.Generator) -> list[Call]:
         what = (f"accuracy_by_length(predictions {pred.shape}, targets {ref.shape}, lengths {lengths.shape}, "
                 f"bins {bins.tolist()}, eos_id={eos})")
         asked.append(Call((pred, ref, lengths, bins, eos), what=what))
+    asked.append(_cut_at_max_len(rng))
     return asked
+
+
+def _cut_at_max_len(rng: np.random.Generator, width: int = 4, eos: int = 3, pad: int = 0) -> Call:
+    """Greedy outputs cut at max_len = ``width`` before their EOS: a prediction holding exactly the
+    reference's tokens and no EOS is wrong (so is one cut inside the sentence); beside them,
+    right ones whose EOS fits, one with a token after its EOS."""
+    words = np.array([t for t in range(9) if t not in (eos, pad)])
+    rows = [(4, "cut"), (3, "right"), (5, "cut"), (2, "after"), (4, "wrong"), (3, "right")]
+    ref = np.full((len(rows), 7), pad, dtype=np.int64)
+    pred = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, (k, kind) in enumerate(rows):
+        sentence = list(rng.choice(words, size=k))
+        ref[i, :k + 1] = sentence + [eos]
+        p = {"cut": sentence, "right": sentence + [eos], "after": sentence + [eos, words[0]],
+             "wrong": sentence[:-1] + [words[(list(words).index(sentence[-1]) + 1) % len(words)]]}[kind]
+        pred[i, :min(width, len(p))] = p[:width]
+    order = rng.permutation(len(rows))
+    lengths = rng.integers(2, 8, size=len(rows)).astype(np.int64)
+    bins = np.array([2, 5, 8])
+    what = (f"accuracy_by_length(predictions {pred.shape} cut at max_len, targets {ref.shape}, lengths "
+            f"{lengths.shape}, bins {bins.tolist()}, eos_id={eos})")
+    return Call((pred[order], ref[order], lengths, bins, eos), what=what)
 
 
 def _counted(*, right_closed=False, last_inclusive=False, empty=np.nan, tokens=False, eos_needed=True, after_eos=False):
@@ -490,10 +579,60 @@ def _divide_by_count(pred, ref, lengths, bins, eos):
     return (np.array([sum(right[i] for i in b) / len(b) for b in inside]), np.array([len(b) for b in inside]))
 
 
+def _bins_of(call: Call) -> tuple:
+    """(lengths, bins) of a call."""
+    return np.asarray(call.args[2]), np.asarray(call.args[3])
+
+
+def _exact_kinds(call: Call) -> set:
+    """What the sentences inside the bins show: "no EOS", "tokens after EOS differ", "late EOS"."""
+    pred, ref_, _, _, eos = call.args
+    lengths, bins = _bins_of(call)
+    kinds = set()
+    for p, r, n in zip(pred.tolist(), ref_.tolist(), lengths):
+        if not bins[0] <= n < bins[-1]:
+            continue
+        r = r[:r.index(eos)] if eos in r else r
+        if eos not in p:
+            kinds.add("no EOS")
+        elif p[:p.index(eos)] == r and any(t != eos for t in p[p.index(eos) + 1:]):
+            kinds.add("tokens after EOS differ")
+        elif p[:len(r)] == r and p.index(eos) > len(r):
+            kinds.add("late EOS")
+    return kinds
+
+
+def _empty_bin(call: Call) -> bool:
+    lengths, bins = _bins_of(call)
+    return any(not np.any((lengths >= lo) & (lengths < hi)) for lo, hi in zip(bins[:-1], bins[1:]))
+
+
+_ACCURACY_RULES = (
+    Rule("an empty bin (NaN, count 0)", _empty_bin),
+    Rule("a length equal to the last edge (outside)", lambda call: bool(np.any(_bins_of(call)[0] == call.args[3][-1]))),
+    Rule("a length equal to an inner edge", lambda call: bool(np.any(np.isin(call.args[2], call.args[3][1:-1])))),
+    Rule("a prediction without EOS", lambda call: "no EOS" in _exact_kinds(call)),
+    Rule("a right prediction with other tokens after its EOS",
+         lambda call: "tokens after EOS differ" in _exact_kinds(call)),
+    Rule("a prediction whose EOS comes late", lambda call: "late EOS" in _exact_kinds(call)),
+    Rule("a prediction cut before its EOS, holding exactly the reference's tokens", lambda call: any(
+        eos not in p and p == r[:r.index(eos)] for p, r, eos in
+        ((p, r, call.args[4]) for p, r in zip(call.args[0].tolist(), call.args[1].tolist())))),
+)
+
 ACCURACY_BY_LENGTH = Spec(
     id="seq2seq_rnn-accuracy_by_length",
     function="accuracy_by_length",
     inputs=_accuracy_calls,
+    rules=_ACCURACY_RULES,
+    equivalent=(
+        ("L5 lengths = np.asarray(lengths) -> (left out)",
+         "lengths is an array (numpy, or a torch tensor as the docstring allows): compared with the edges it "
+         "gives the same masks, and numpy indexes by a torch bool tensor alike"),
+        ("L11 np.array(counts, dtype=np.int64) -> np.array(counts)",
+         "counts holds Python ints, which np.array makes int64 on Linux (where the course runs); counts are "
+         "compared by value"),
+    ),
     reference=ref.accuracy_by_length,
     parts=("accuracy", "counts"),
     order=(1, 0),  # the counts are right, so the bins are: what is left is the exact match or the empty bins

@@ -21,8 +21,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Probe, Raised, Raises, Spec, Unsupported, _explain_raised,
-                    close, judge_case, to_array, value)
+from ._core import (Call, Knob, Case, CheckFailed, Hint, Mistake, Probe, Raised, Raises, Rule, Spec, Unsupported,
+                    _explain_raised, close, judge_case, to_array, value)
+from .encoder import RATE_IN_EVAL
 from .reference import transformer as ref
 
 DEEP_ATOL = 1e-4  # two-layer stacks in float32
@@ -169,6 +170,29 @@ def _positional_mask(self, src, src_mask):
     return x
 
 
+def _memories(layerwise=False, chained=True, kept=True):
+    """forward whose decoder layers read the wrong memory: decoder layer i the output of encoder
+    layer i (``layerwise``), or an encoder whose layers each read the embeddings (not ``chained``);
+    or (not ``kept``) whose layers' outputs are never assigned."""
+
+    def forward(self, src, tgt_in):
+        src_mask = src != self.pad_id
+        embedded = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[: src.shape[1]])
+        x, outputs = embedded, []
+        for layer in self.encoder_layers:
+            out = layer(x if chained else embedded, src_key_padding_mask=~src_mask)
+            x = out if kept else x
+            outputs.append(x)
+        y = self.dropout(self.tgt_embed(tgt_in) * math.sqrt(self.d_model) + self.pe[: tgt_in.shape[1]])
+        for i, layer in enumerate(self.decoder_layers):
+            out = layer(y, outputs[i] if layerwise else x, tgt_mask=~ref.causal_mask(tgt_in.shape[1]),
+                        memory_key_padding_mask=~src_mask)
+            y = out if kept else y
+        return self.generator(y)
+
+    return {"forward": forward}
+
+
 def _forward_apart(self, src, tgt_in):
     """forward right, but decode (which greedy_decode calls) ignores the source padding."""
     src_mask = src != self.pad_id
@@ -230,6 +254,23 @@ def _judge_model(case: Case) -> None:
                           "greedy_decode relies on encode and decode")
 
 
+def _config(call: Call) -> dict:
+    return json.loads(call.args[0])
+
+
+def _different_lengths(ids: np.ndarray, pad: int) -> bool:
+    return len(set(np.sum(ids != pad, axis=-1).tolist())) > 1
+
+
+_MODEL_RULES = (
+    Rule("src_len != tgt_len", lambda call: call.args[2].shape[1] != call.args[3].shape[1]),
+    Rule("padding in the source", lambda call: _different_lengths(call.args[2], _config(call)["pad_id"])),
+    Rule("padding in the target", lambda call: _different_lengths(call.args[3], _config(call)["pad_id"])),
+    Rule("pad_id != 0", lambda call: _config(call)["pad_id"] != 0),
+    Rule("two layers", lambda call: _config(call)["layers"] >= 2),
+    Rule("src_vocab != tgt_vocab", lambda call: _config(call)["src_vocab"] != _config(call)["tgt_vocab"]),
+)
+
 TRANSFORMER = Spec(
     id="transformer-Transformer",
     submodules=("src_embed", "tgt_embed", "encoder_layers.*", "decoder_layers.*", "generator",
@@ -240,6 +281,14 @@ TRANSFORMER = Spec(
     function="Transformer",
     driver="transformer.model",
     inputs=_model_calls,
+    rules=_MODEL_RULES,
+    equivalent=(
+        ("L9 False -> True", "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
+        ("L11 nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout,... -> "
+         "nn.TransformerEncoderLayer(d_model, heads, d_ff, batch_fi...", RATE_IN_EVAL),
+        ("L13 nn.TransformerDecoderLayer(d_model, heads, d_ff, dropout,... -> "
+         "nn.TransformerDecoderLayer(d_model, heads, d_ff, batch_fi...", RATE_IN_EVAL),
+    ),
     reference=ref.Transformer,
     prepare=_logits,
     judge=_judge_model,
@@ -274,6 +323,16 @@ TRANSFORMER = Spec(
                 "= real token) to every encoder layer", _variant("no encoder mask", encode=_unmasked_encoder)),
         Mistake("probabilities", "it returns probabilities (a softmax of the logits): return the generator's raw "
                 "logits; the loss applies log_softmax itself", _variant("softmax", **_after(lambda z: z.softmax(-1)))),
+        # (the first model has two layers: a wrong memory shows there)
+        Mistake("memory_per_layer", "decoder layer i reads the output of encoder layer i as its memory; every decoder "
+                "layer's cross-attention reads the encoder's FINAL output, memory = encode(src, src_mask)",
+                _variant("memory per layer", **_memories(layerwise=True))),
+        Mistake("encoder_not_chained", "each encoder layer is applied to the embeddings instead of to the previous "
+                "layer's output (the loop does not carry x forward): x = layer(x, src_key_padding_mask=...)",
+                _variant("encoder not chained", **_memories(chained=False))),
+        Mistake("layers_unused", "the logits come from the target embeddings alone: the layers' outputs are not "
+                "kept. Assign each one, x = layer(x, ...) in the encoder and y = layer(y, memory, ...) in the decoder",
+                _variant("layers unused", **_memories(kept=False))),
         Mistake("log_probabilities", "it returns log-probabilities: return the generator's raw logits; the loss "
                 "applies log_softmax itself", _variant("log_softmax", **_after(lambda z: z.log_softmax(-1)))),
     ),
@@ -350,7 +409,9 @@ def _scalar(answer: object, call: Call, what: str) -> np.ndarray:
 
 
 _LOGS = {"log_softmax": lambda z: F.log_softmax(z, dim=-1), "logits": lambda z: z,
-         "softmax": lambda z: z.softmax(-1)}
+         "softmax": lambda z: z.softmax(-1),
+         # F.log_softmax(logits) without dim: torch picks dim=0 for 3-D logits (the batch), dim=1 for 2-D
+         "implicit": lambda z: F.log_softmax(z, dim=0 if z.dim() in (0, 1, 3) else 1)}
 
 
 def _smoothed(spread="nonpad", keep_pads=False, reduce="mean", log="log_softmax", divergence="cross_entropy"):
@@ -407,13 +468,43 @@ def _float_target(logits, target, pad_id, smoothing):
     return F.nll_loss(F.log_softmax(logits, -1).reshape(-1, V), target.reshape(-1).float(), ignore_index=pad_id)
 
 
+def _real_counts(call: Call) -> list:
+    """The number of non-pad targets of each sentence (one sentence for 1-D targets)."""
+    target = np.atleast_2d(call.args[1])
+    return np.sum(target != call.args[2], axis=-1).tolist()
+
+
+_LOSS_RULES = (
+    Rule("sentences with different numbers of non-pad targets", lambda call: len(set(_real_counts(call))) > 1),
+    Rule("a sentence of one non-pad target", lambda call: 1 in _real_counts(call)),
+    Rule("pad_id != 0", lambda call: call.args[2] != 0),
+    Rule("smoothing 0", lambda call: call.args[3] == 0),
+    Rule("smoothing > 0", lambda call: call.args[3] > 0),
+    Rule("(tokens, V) logits", lambda call: np.ndim(call.args[0]) == 2),
+    Rule("float32 logits", lambda call: call.args[0].dtype == np.float32),
+)
+
 LABEL_SMOOTHED_LOSS = Spec(
     id="transformer-label_smoothed_loss",
     function="label_smoothed_loss",
     driver="tensors",
     inputs=_loss_calls,
+    rules=_LOSS_RULES,
+    equivalent=(
+        ("L11 -1 -> 1",
+         "log_probs is reshaped to (tokens, V): its dim=1 is its last axis, dim=-1"),
+    ),
     reference=ref.label_smoothed_loss,
     prepare=_scalar,
+    mistakes=(
+        Mistake("negated", "the loss is negative: the minus sign is missing. The cross-entropy is -sum_c q_c log p_c "
+                "(log-probabilities are negative, the loss positive)",
+                lambda logits, target, pad_id, smoothing: -ref.label_smoothed_loss(logits, target, pad_id, smoothing)),
+        Mistake("class_mean", "it averages over the V classes where the cross-entropy sums over them: "
+                "-(q * log_probs).sum(dim=-1), then the mean over the non-padding tokens",
+                lambda logits, target, pad_id, smoothing:
+                ref.label_smoothed_loss(logits, target, pad_id, smoothing) / logits.shape[-1]),
+    ),
     # The choices of the loss are knobs: each wrong setting is a catalogued mistake, and two
     # wrong at once (e.g. a sum that also keeps the padding) are named together.
     variant=_smoothed,
@@ -449,6 +540,9 @@ LABEL_SMOOTHED_LOSS = Spec(
             ("logits", "it uses the logits as log-probabilities: take F.log_softmax(logits, dim=-1) first"),
             ("softmax", "it uses probabilities (softmax) where log-probabilities belong: "
                         "F.log_softmax(logits, dim=-1)"),
+            ("implicit", "log_softmax runs over the batch axis for (batch, seq_len, V) logits: F.log_softmax "
+                         "without a dim picks dim=0 for a 3-D tensor. Normalize over the vocabulary, "
+                         "F.log_softmax(logits, dim=-1)"),
         )),
         Knob("divergence", (("kl", "it computes the KL divergence KL(q || p) = sum q log(q / p); the loss asked "
                                    "is the cross-entropy -sum q log p, which is larger by the entropy of q (the "
@@ -536,10 +630,26 @@ def _asserted_step(step, d_model, warmup, factor=1.0):
     return _noam(step, d_model, warmup, factor)
 
 
+def _steps(call: Call) -> tuple:
+    """(step, warmup) of a call."""
+    return call.args[0], call.args[2]
+
+
+_SCHEDULE_RULES = (
+    Rule("step 1", lambda call: _steps(call)[0] == 1),
+    Rule("1 < step < warmup", lambda call: 1 < _steps(call)[0] < _steps(call)[1]),
+    Rule("step == warmup", lambda call: _steps(call)[0] == _steps(call)[1]),
+    Rule("step > warmup", lambda call: _steps(call)[0] > _steps(call)[1]),
+    Rule("factor by its default", lambda call: len(call.args) == 3 and not call.raises),
+    Rule("factor != 1", lambda call: len(call.args) > 3 and call.args[3] != 1),
+    Rule("step 0 raises ValueError", lambda call: call.raises == "ValueError"),
+)
+
 NOAM_LR = Spec(
     id="transformer-noam_lr",
     function="noam_lr",
     inputs=_schedule_calls,
+    rules=_SCHEDULE_RULES,
     reference=ref.noam_lr,
     prepare=_one_number,
     judge=_judge_schedule,
@@ -597,8 +707,9 @@ def _greedy_calls(rng: np.random.Generator) -> list[Call]:
 
 def _decoder(stop_at_eos=True, keep_bos=False, early_exit=True, any_stop=False, position=-1, last_only=False,
              encode_each_step=False, bounded=True, write_eos=True, mask=lambda src, pad_id: src != pad_id,
-             pick=lambda logits: logits.argmax(-1), layout=lambda ys: ys):
-    """A greedy_decode with one of the known mistakes switched on (defaults: right)."""
+             pick=lambda logits: logits.argmax(-1), layout=lambda ys: ys, whole=False):
+    """A greedy_decode with one of the known mistakes switched on (defaults: right); ``whole``:
+    the argmax at every position is fed back (the prefix re-predicted), not only the last one's."""
 
     @torch.no_grad()
     def greedy_decode(model, src, bos_id, eos_id, pad_id, max_len):
@@ -611,13 +722,15 @@ def _decoder(stop_at_eos=True, keep_bos=False, early_exit=True, any_stop=False, 
             step += 1
             if encode_each_step:
                 memory = model.encode(src, src_mask)
-            nxt = pick(model.decode(memory, src_mask, ys[:, -1:] if last_only else ys)[:, position])
+            logits = model.decode(memory, src_mask, ys[:, -1:] if last_only else ys)
+            nxt = pick(logits[:, position])
             ended = nxt == eos_id
             if stop_at_eos:
                 nxt = nxt.masked_fill(done, pad_id)
             if not write_eos:
                 nxt = nxt.masked_fill(ended, pad_id)
-            ys = torch.cat([ys, nxt[:, None]], 1)
+            prefix = torch.cat([ys[:, :1], pick(logits)[:, :-1]], 1) if whole else ys
+            ys = torch.cat([prefix, nxt[:, None]], 1)
             done |= ended if not write_eos else nxt == eos_id
             if any_stop and done.any():
                 break
@@ -671,11 +784,34 @@ LOOP_UNBOUNDED = ("the loop does not stop after max_len steps. Loop for at most 
 NO_STOP = ("it does not stop a sentence at its EOS: every token after a sentence's EOS must be pad_id (keep a "
            "`finished` flag per sentence and write pad_id once it is set)")
 
+def _eos_steps(call: Call) -> list:
+    """The step at which each sentence's plan reaches EOS within max_len (None: never)."""
+    plan, eos, max_len = call.args[0], call.args[3], call.args[5]
+    return [int(np.argmax(row[:max_len] == eos)) if np.any(row[:max_len] == eos) else None for row in plan]
+
+
+_GREEDY_RULES = (
+    Rule("EOS reached at different steps in a batch",
+         lambda call: len({s for s in _eos_steps(call) if s is not None}) > 1),
+    Rule("a sentence without EOS in max_len steps", lambda call: None in _eos_steps(call)),
+    Rule("every sentence finished before max_len",
+         lambda call: None not in _eos_steps(call) and max(_eos_steps(call)) < call.args[5] - 1),
+    Rule("EOS at the first step", lambda call: 0 in _eos_steps(call)),
+    Rule("padding in the source", lambda call: _different_lengths(call.args[1], call.args[4])),
+)
+
 GREEDY_DECODE = Spec(
     id="transformer-greedy_decode",
     function="greedy_decode",
     driver="transformer.greedy",
     inputs=_greedy_calls,
+    rules=_GREEDY_RULES,
+    equivalent=(
+        ("L7 torch.full((src.shape[0], 1), bos_id, dtype=torch.long) -> torch.full((src.shape[0], 1), bos_id)",
+         "torch.full with an int fill value (bos_id is an int) makes int64, torch.long, already"),
+        ("L10 -1 -> 1 #2",
+         "decode(...)[:, -1] is (batch, vocab): its dim=1 is its last axis, dim=-1"),
+    ),
     reference=ref.greedy_decode,
     judge=_judge_greedy,
     mistakes=(
@@ -694,6 +830,9 @@ GREEDY_DECODE = Spec(
                 "every step (the decoder attends over all of it)", _decoder(last_only=True)),
         Mistake("drop_eos", "EOS itself is missing from the output: keep the EOS token, then pad_id after it",
                 _decoder(write_eos=False)),
+        Mistake("whole_sequence", "it feeds back the argmax at every position, so each step re-predicts the whole "
+                "sequence and overwrites the pad_id after a finished sentence's EOS: keep the tokens chosen so far and "
+                "append only the argmax at the last position, logits[:, -1].argmax(-1)", _decoder(whole=True)),
     ),
     errors=(
         Raises("{what} raised {error}", example=lambda model, src, bos_id, eos_id, pad_id, max_len: model(src, src)),
@@ -848,11 +987,18 @@ def _stepper(shift="right", zero_grad=True, scheduler="after", train_mode=True, 
     return train_step
 
 
+_TRAINING_RULES = (
+    Rule("several steps with a changing learning rate",
+         lambda call: len(call.args[2]) > 1 and len(set(np.ravel(call.args[4]).tolist())) > 1),
+    Rule("padding in the targets", lambda call: bool(np.any(call.args[3] == json.loads(call.args[0])["pad_id"]))),
+)
+
 TRAIN_STEP = Spec(
     id="transformer-train_step",
     function="train_step",
     driver="transformer.training",
     inputs=_training_calls,
+    rules=_TRAINING_RULES,
     reference=ref.train_step,
     judge=_judge_training,
     mistakes=(
