@@ -27,6 +27,7 @@ import argparse
 import ast
 import copy
 import inspect
+import itertools
 import resource
 import signal
 import sys
@@ -271,9 +272,24 @@ def _source_tree(reference: object) -> tuple[ast.Module, str]:
     return ast.parse(source), source
 
 
-def _describe(node: ast.AST) -> str:
-    text = " ".join(ast.unparse(node).split()) if node is not None else "(left out)"
-    return text if len(text) <= 60 else text[:57] + "..."
+def _text(node: ast.AST | None) -> str:
+    return " ".join(ast.unparse(node).split()) if node is not None else "(left out)"
+
+
+def _describe(before: str, after: str, width: int = 60) -> tuple[str, str]:
+    """The changed code before and after, each cut to ``width`` characters; when the cut hides
+    the change (it lies late in a long line), cut both around the first character where they
+    differ instead, so that the name still shows it."""
+    def short(text: str) -> str:
+        return text if len(text) <= width else text[:width - 3] + "..."
+
+    if short(before) != short(after):
+        return short(before), short(after)
+    start = max(0, next(i for i, (x, y) in enumerate(itertools.zip_longest(before, after)) if x != y) - 20)
+
+    def around(text: str) -> str:
+        return "..." + text[start:start + width] + ("..." if start + width < len(text) else "")
+    return around(before), around(after)
 
 
 def mutants(spec: Spec) -> list[Mutant]:
@@ -294,10 +310,9 @@ def mutants(spec: Spec) -> list[Mutant]:
             continue  # (the digits of -1: the number -1 is mutated as a whole)
         for _, operator in OPERATORS:
             for replacement in operator(node):
-                before = _describe(node)
-                after = _describe(replacement)
-                if replacement is not None and after == before:
-                    continue
+                if _text(replacement) == _text(node):
+                    continue  # (the same code: a node that unparses alike)
+                before, after = _describe(_text(node), _text(replacement))
                 label = f"L{getattr(node, 'lineno', 0)} {before} -> {after}"
                 unique, n = label, 2
                 while unique in names:
