@@ -545,6 +545,7 @@ DECODER_LAYER = Spec(
          NEED_WEIGHTS),
         ("L22 False -> True", NEED_WEIGHTS),
         ("L25 False -> True", NEED_WEIGHTS),
+        ("L25 ...padding_mask=ignored, need_weights=False) -> ...padding_mask=ignored)", NEED_WEIGHTS),
     ),
     reference=ref.DecoderLayer,
     driver="decoder.decoder_layer",

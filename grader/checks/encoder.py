@@ -854,6 +854,8 @@ ENCODER = Spec(
         ("L12 1 -> 2", _TABLE),
         ("L12 1 -> 0", _TABLE),
         ("L12 False -> True", "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
+        ("L12 ...ax_len + 1, d_model), persistent=False) -> ...ax_len + 1, d_model))",
+         "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
         ("L14 self.layer(d_model, heads, d_ff, dropout) -> self.layer(d_model, heads, d_ff)", RATE_IN_EVAL),
     ),
     reference=ref.Encoder,

@@ -635,6 +635,8 @@ ACCURACY_BY_LENGTH = Spec(
         ("L11 np.array(counts, dtype=np.int64) -> np.array(counts)",
          "counts holds Python ints, which np.array makes int64 on Linux (where the course runs); counts are "
          "compared by value"),
+        ("L4 ...edictions, targets)], dtype=np.float64) -> ...edictions, targets)])",
+         "the exact matches are then booleans, and the mean of booleans is the same fraction as of 0.0 and 1.0"),
     ),
     reference=ref.accuracy_by_length,
     parts=("accuracy", "counts"),

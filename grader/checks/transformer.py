@@ -284,6 +284,8 @@ TRANSFORMER = Spec(
     rules=_MODEL_RULES,
     equivalent=(
         ("L9 False -> True", "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
+        ("L9 ...ng(max_len, d_model), persistent=False) -> ...ng(max_len, d_model))",
+         "a persistent buffer differs only in the state_dict; the weights are loaded by name"),
         ("L11 nn.TransformerEncoderLayer(d_model, heads, d_ff, dropout,... -> "
          "nn.TransformerEncoderLayer(d_model, heads, d_ff, batch_fi...", RATE_IN_EVAL),
         ("L13 nn.TransformerDecoderLayer(d_model, heads, d_ff, dropout,... -> "
