@@ -24,6 +24,7 @@ from grader.checks.reference import decoder as ref_decoder
 from grader.checks.reference import encoder as ref_encoder
 from grader.checks.reference import gpt as ref_gpt
 from grader.checks.reference import multi_head as ref_mha
+from grader.checks.reference import transformer as ref_transformer
 from grader.checks.reference.transformer import causal_mask
 from grader.wire import decode_payload
 from tests.scope import student_seeds
@@ -93,18 +94,9 @@ class BlockNoActivation(Block):
         return x + self.dropout(self.linear2(self.linear1(self.norm2(x))))
 
 
-class Layer(nn.Module):
-    """Notebook 07's EncoderLayer as a learner lays it out."""
-
-    def __init__(self, d_model, heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.self_attn = nn.MultiheadAttention(d_model, heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.norm_first = norm_first
+class Layer(ref_encoder.EncoderLayer):
+    """Notebook 07's EncoderLayer as a learner lays it out (the reference's submodules, the
+    learner's own forward)."""
 
     def sa(self, x, padding_mask):
         ignore = None if padding_mask is None else ~padding_mask
@@ -182,19 +174,13 @@ class BlockMergeTransposed(Block):
 def _transformer(decode_memory):
     """A learner's Transformer of notebook 09, with the memory its decoder layers read."""
 
-    class Transformer(nn.Module):
+    class Transformer(ref_transformer.Transformer):
         def __init__(self, src_vocab, tgt_vocab, d_model, heads, d_ff, layers, max_len, pad_id, dropout=0.0):
-            super().__init__()
-            self.d_model, self.pad_id = d_model, pad_id
-            self.src_embed = nn.Embedding(src_vocab, d_model)
-            self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-            self.register_buffer("pe", ref_encoder.sinusoidal_encoding(max_len, d_model), persistent=False)
-            self.dropout = nn.Dropout(dropout)
+            super().__init__(src_vocab, tgt_vocab, d_model, heads, d_ff, layers, max_len, pad_id, dropout)
             self.encoder_layers = nn.ModuleList([ref_encoder.EncoderLayer(d_model, heads, d_ff, dropout)
                                                  for _ in range(layers)])
             self.decoder_layers = nn.ModuleList([ref_decoder.DecoderLayer(d_model, heads, d_ff, dropout)
                                                  for _ in range(layers)])
-            self.generator = nn.Linear(d_model, tgt_vocab)
 
         def encode(self, src, src_mask):
             x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:src.shape[1]])
@@ -209,10 +195,6 @@ def _transformer(decode_memory):
                 y = layer(y, decode_memory(y, memory), tgt_mask=mask,
                           memory_padding_mask=None if decode_memory(y, memory) is y else src_mask)
             return self.generator(y)
-
-        def forward(self, src, tgt_in):
-            src_mask = src != self.pad_id
-            return self.decode(self.encode(src, src_mask), src_mask, tgt_in)
 
     return Transformer
 
