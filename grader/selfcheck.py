@@ -95,7 +95,7 @@ class Checked:
         naming = f"Note: {self.naming}\n" if self.naming else ""
         if not self.graded:
             return f"{path.name}: {self.status}\n{naming}".rstrip("\n")
-        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{OTHER_INPUTS}\n{naming}"
+        head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{naming}{OTHER_INPUTS}\n"
         note = "" if self.status == "graded" else f"({self.status.removeprefix('graded: ')})\n"
         return head + note + "\n" + tutor.as_text(self.comments, self.score, self.max_score)
 
