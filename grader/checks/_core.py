@@ -518,11 +518,11 @@ def _asked(case: Case, message: str) -> str:
     it should return (its kind and shape), or, for a NameError, how to see it."""
     if message.startswith("NameError"):
         return UNDEFINED
-    kind = _kind(case.expected, case.spec.parts)
+    kind = _answer_kind(case.expected, case.spec.parts)
     return f"; it should return {kind}" if kind else ""
 
 
-def _kind(expected: object, parts: tuple[str, ...] = ()) -> str | None:
+def _answer_kind(expected: object, parts: tuple[str, ...] = ()) -> str | None:
     """A right answer as a docstring names it: "an array of shape (2, 3)", "a tuple (output,
     weights) of shapes (2, 3) and (2, 3, 3)", "a str"."""
     if isinstance(expected, np.ndarray):

@@ -61,7 +61,7 @@ def safely(describing: Callable[..., str | None]) -> Callable[..., str | None]:
     return said
 
 
-def _close(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
+def _within(a: np.ndarray, b: np.ndarray, rtol: float = RTOL, atol: float = ATOL) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
 
@@ -159,10 +159,10 @@ def _factor(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     for p in usable:
         norm = float(np.sum(p.want * p.want))
         c = float(np.sum(p.got * p.want)) / norm if norm else 1.0
-        if not _close(p.got, c * p.want):
+        if not _within(p.got, c * p.want):
             return None
         ratios.append(c)
-    if _close(judged.want, ratios[usable.index(judged)] * judged.want):
+    if _within(judged.want, ratios[usable.index(judged)] * judged.want):
         return None
     # Any number is a multiple of another: a factor is evidence only over several values, a
     # named one over two at least, a constant over three, one per call over two in each call.
@@ -172,7 +172,7 @@ def _factor(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         for key, v in _factors(p, names):
             candidates.setdefault(key, []).append(v)
     for key, factors in candidates.items():
-        if values >= 2 and len(factors) == len(usable) and all(_close(p.got, v * p.want)
+        if values >= 2 and len(factors) == len(usable) and all(_within(p.got, v * p.want)
                                                                for p, v in zip(usable, factors)):
             return _say_factor(key)
     mine = ratios[usable.index(judged)]
@@ -226,9 +226,9 @@ def _shifted(pair: Pair, axis: int, step: int) -> bool | None:
     earlier = [slice(None)] * e.ndim
     later[axis], earlier[axis] = slice(1, None), slice(None, -1)
     got, want = (g[tuple(later)], e[tuple(earlier)]) if step > 0 else (g[tuple(earlier)], e[tuple(later)])
-    if _close(want, e[tuple(later)] if step > 0 else e[tuple(earlier)]):
+    if _within(want, e[tuple(later)] if step > 0 else e[tuple(earlier)]):
         return None  # (constant along the axis: a shift would not show)
-    return _close(got, want)
+    return _within(got, want)
 
 
 def _rearranged(pairs: list[Pair], index: int, names: list[str]) -> str | None:
@@ -238,9 +238,9 @@ def _rearranged(pairs: list[Pair], index: int, names: list[str]) -> str | None:
         return None
     for said, transform in _rearrangements(judged.want.ndim):
         moved = transform(judged.want)
-        if moved is None or (moved.shape == judged.want.shape and _close(moved, judged.want)):
+        if moved is None or (moved.shape == judged.want.shape and _within(moved, judged.want)):
             continue
-        if all((m := transform(p.want)) is not None and _close(p.got, m) for p in usable):
+        if all((m := transform(p.want)) is not None and _within(p.got, m) for p in usable):
             return said + EVERY
     for k in range(1, judged.want.ndim + 1):
         for step, said in ((1, "later"), (-1, "earlier")):
@@ -258,7 +258,7 @@ def _reordered(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     usable, judged = _usable(pairs, index)
     if judged is None or judged.want.size < 2 or len(np.unique(judged.want)) < 2:
         return None
-    if all(_close(np.sort(p.got, axis=None), np.sort(p.want, axis=None)) for p in usable):
+    if all(_within(np.sort(p.got, axis=None), np.sort(p.want, axis=None)) for p in usable):
         return (f"it holds the right values, each once, at other positions{EVERY}: axes are mixed up (a reshape "
                 "where a transpose is needed, or a transpose of the wrong axes)")
     return None
@@ -452,7 +452,7 @@ def _normalised(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     usable, judged = _usable(pairs, index)
     if judged is None or judged.want.ndim < 2 or not all(p.want.ndim == judged.want.ndim for p in usable):
         return None
-    axes = [_one_axes(p) for p in usable if not _close(p.got, p.want)]
+    axes = [_one_axes(p) for p in usable if not _within(p.got, p.want)]
     right = set.intersection(*(a for a, _ in axes))
     mine = set.intersection(*(b for _, b in axes))
     if right and mine and not right & mine:
@@ -500,7 +500,7 @@ def unnormalised(pair: Pair) -> str | None:
 # ---------------------------------------------------------------------- precision
 def _precision(pairs: list[Pair], index: int, names: list[str]) -> str | None:
     usable, judged = _usable(pairs, index)
-    if judged is None or not all(_close(p.got, p.want, 2e-2, 2e-3) for p in usable):
+    if judged is None or not all(_within(p.got, p.want, 2e-2, 2e-3) for p in usable):
         return None
     scale = max(float(np.max(np.abs(p.want))) for p in usable) or 1.0
     error = max(float(np.max(np.abs(p.got - p.want))) for p in usable) / scale
@@ -542,9 +542,9 @@ def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
             if e[:a] + e[a + 1:] == g:
                 said = f"axis {a} of the right shape (of length {e[a]}) is missing"
                 for how, reduce in (("summed over", np.sum), ("averaged over", np.mean)):
-                    if _close(got, reduce(want, axis=a)):
+                    if _within(got, reduce(want, axis=a)):
                         return f"{said}: it is the right answer {how} that axis"
-                if e[a] == 1 and _close(got, want.reshape(g)):
+                if e[a] == 1 and _within(got, want.reshape(g)):
                     return f"{said}; the values are right: keep that axis of size 1 (keepdims=True, or [..., None])"
                 return said
     if len(g) == len(e) + 1:
@@ -553,11 +553,11 @@ def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
                 said = f"it has an extra axis {a} of length {g[a]}"
                 if g[a] == 1:
                     said += (" (keepdims=True, or a squeeze missing)" +
-                             ("; the values are right" if _close(got.reshape(e), want) else ""))
+                             ("; the values are right" if _within(got.reshape(e), want) else ""))
                 return said
     if len(g) == len(e) and sorted(g) == sorted(e):
         for perm in itertools.permutations(range(len(e))):
-            if tuple(e[p] for p in perm) == g and _close(got, np.transpose(want, perm)):
+            if tuple(e[p] for p in perm) == g and _within(got, np.transpose(want, perm)):
                 return f"it is the right answer with its axes in the order {perm}: axes are swapped (a transpose)"
         return "it has the right axes in another order: axes are swapped"
     if len(g) > len(e):
@@ -568,7 +568,7 @@ def shape_relation(got: np.ndarray, want: np.ndarray) -> str | None:
                         "(n,) array with an (n, 1) one), where they should line up")
         except ValueError:
             pass
-    if got.size == want.size and _close(got.reshape(e), want):
+    if got.size == want.size and _within(got.reshape(e), want):
         return "it holds the right values in another shape: reshape it"
     return None
 

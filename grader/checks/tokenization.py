@@ -664,7 +664,7 @@ def _greedy_words(tokens, merges) -> list[str] | None:
     return chosen
 
 
-def _twice(tokens, merges) -> str | None:
+def _merged_twice(tokens, merges) -> str | None:
     """A word that holds a merged token twice, on which merging only at a merge's first place
     leaves BPE's segmentation (the longest such token), or None."""
     merged = sorted((t for t in tokens if len(t) > 1 and not t.startswith(" ")), key=lambda t: (-len(t), t))
@@ -678,7 +678,7 @@ def _encode_inputs(rng: np.random.Generator) -> list[Call]:
     with byte fallback and without (``ENCODE_RULES``)."""
     for _ in range(50):  # (a corpus whose merges hold no telling words is drawn again)
         _, tokens, merges = _tokenizer(rng)
-        greedy, twice = _greedy_words(tokens, merges), _twice(tokens, merges)
+        greedy, twice = _greedy_words(tokens, merges), _merged_twice(tokens, merges)
         if greedy and twice:
             break
     else:
