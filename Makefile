@@ -99,6 +99,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/stages.py
 	$(BIN)/python bench/grading.py
 	$(BIN)/python bench/multi_head.py
+	$(BIN)/python bench/sanitize.py
 	$(BIN)/python bench/transformer.py
 	$(BIN)/python bench/throughput.py
 

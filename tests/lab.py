@@ -290,12 +290,30 @@ def chromium_browser():
             launched.close()
 
 
+# Chromium's inspector holds the promise an evaluation awaits only weakly: a pending one
+# that nothing else reaches can be collected, and Playwright then fails with "Resulting
+# promise was garbage collected" (once in CI, opening a notebook). The wrapper keeps
+# each pending promise reachable from window until it settles.
+_KEEP = """async (arg) => {{
+    const pending = ({source})(arg);
+    const kept = (window.__coursePending ??= new Set());
+    kept.add(pending);
+    try {{ return await pending; }} finally {{ kept.delete(pending); }}
+}}"""
+
+
+def evaluate_async(page, source: str, arg=None):
+    """``page.evaluate(source, arg)`` for a function that returns a promise, which is kept
+    reachable until it settles (see ``_KEEP``)."""
+    return page.evaluate(_KEEP.format(source=source), arg)
+
+
 def open_lab(context, lab: Lab):
     """A page with JupyterLab loaded and ready."""
     page = context.new_page()
     page.goto(f"{lab.url}/lab?token={lab.token}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=STARTUP_SECONDS * 1000)
-    page.evaluate("() => window.jupyterapp.restored")
+    evaluate_async(page, "() => window.jupyterapp.restored")
     return page
 
 
@@ -308,7 +326,7 @@ def open_notebook(page, path: str, cells: int, kernel: bool = True, timeout: flo
     Raises:
         AssertionError: the cells did not all appear within ``timeout`` seconds.
     """
-    page.evaluate("""async ([path, kernel]) => {
+    evaluate_async(page, """async ([path, kernel]) => {
         const app = window.jupyterapp;
         for (const w of Array.from(app.shell.widgets('main'))) {
             if (w.sessionContext) { w.sessionContext.shutdown(); }
@@ -318,8 +336,10 @@ def open_notebook(page, path: str, cells: int, kernel: bool = True, timeout: flo
         await widget.context.ready;
         if (kernel) { await widget.sessionContext.ready; }
     }""", [path, kernel])
-    page.wait_for_function("async (cells) => (" + _SCROLL_THROUGH + ")() >= cells",
-                           arg=cells, timeout=timeout * 1000, polling=200)
+    deadline = time.monotonic() + timeout
+    while (shown := evaluate_async(page, _SCROLL_THROUGH)) < cells:
+        assert time.monotonic() < deadline, f"{path}: {shown} of its {cells} cells shown after {timeout:.0f} s"
+        page.wait_for_timeout(200)
 
 
 # JavaScript run in the page: scroll every cell of the open notebook into view (each
@@ -391,7 +411,7 @@ def wait_rendered(page, nb: nbformat.NotebookNode, timeout: float = 30) -> list[
         if not problems or time.monotonic() > deadline:
             return problems
         if "cells shown" in problems[0]:  # JupyterLab attaches a cell once it has been in view
-            page.evaluate(_SCROLL_THROUGH)
+            evaluate_async(page, _SCROLL_THROUGH)
         page.wait_for_timeout(250)
 
 

@@ -626,9 +626,11 @@ def test_the_sanitizer_s_cost_is_linear_in_the_input(make, k):
 def test_a_cell_of_16000_nested_tags_costs_less_than_as_much_prose():
     """Issue 32, failure 4, as reported: one markdown cell of 16,000 nested <b><i>
     (93 KiB) made the feedback page cost seconds, most of a grading unit, and twice the
-    payload four times that. Now it reads as text after a note and its page costs less
-    than a page with the same amount of honest prose (markdown, code, math, links), and
-    twice the payload less than three times as much."""
+    payload four times that. Now it reads as text after a note and its page costs
+    about what a page with as much honest prose (markdown, code, math, links) costs, and
+    twice the payload about twice as much. The bounds (twice the prose's cost, three
+    times the payload's) leave room for a loaded machine, not for the seconds of a
+    square; `make bench` prints the ratios themselves (bench/sanitize.py)."""
     import time
 
     def page_cpu(text: str) -> tuple[float, str]:
@@ -645,7 +647,7 @@ def test_a_cell_of_16000_nested_tags_costs_less_than_as_much_prose():
     prose = "The **mask** sets `scores[i, j]` to $-\\infty$ where *j > i*: see [the docs](https://pytorch.org/).\n\n"
     (costly, page), (twice, _) = page_cpu(payload), page_cpu(payload * 2)
     plain, _ = page_cpu(prose * (len(payload) // len(prose)))
-    assert costly < plain and twice < 3 * costly, (costly, twice, plain)
+    assert costly < 2 * plain and twice < 3 * costly, (costly, twice, plain)
     assert f"nests more than {sanitize.MAX_DEPTH} elements deep" in page
     assert "&lt;b&gt;&lt;i&gt;" * 100 in page
 

@@ -64,7 +64,7 @@ def _login(context, hub, user: str):
     page.click("#login_submit")
     page.wait_for_url(re.compile(rf".*/user/{user}/lab.*"), timeout=LOGIN_SECONDS * 1000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell", timeout=LOGIN_SECONDS * 1000)
-    page.evaluate("() => window.jupyterapp.restored")
+    browser_lab.evaluate_async(page, "() => window.jupyterapp.restored")
     return page
 
 
@@ -88,7 +88,7 @@ def _press_in_list(page, section: str, label: str, then: str) -> None:
 
 def _kernel_says(page, code: str) -> str:
     """What ``code`` prints, run in the kernel of the notebook open in the page (the student's own)."""
-    return page.evaluate("""async (code) => {
+    return browser_lab.evaluate_async(page, """async (code) => {
         const panel = Array.from(window.jupyterapp.shell.widgets('main'))
             .find(w => w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel);
         const kernel = panel.sessionContext.session.kernel;
@@ -237,14 +237,14 @@ def _run(t: Term, hub, contexts, pages) -> None:
             _row(page, "released").wait_for(timeout=60_000)
             _press_in_list(page, "released", "Fetch", then="fetched")
             path = f"{A}/{NB}"
-            fetched = page.evaluate("async (p) => (await window.jupyterapp.serviceManager.contents.get(p)).content",
+            fetched = browser_lab.evaluate_async(page, "async (p) => (await window.jupyterapp.serviceManager.contents.get(p)).content",
                                     path)
-            page.evaluate("async ([p, nb]) => window.jupyterapp.serviceManager.contents.save(p, "
+            browser_lab.evaluate_async(page, "async ([p, nb]) => window.jupyterapp.serviceManager.contents.save(p, "
                           "{type: 'notebook', format: 'json', content: nb})", [path, _answered(persona, fetched)])
             cells = len(fetched["cells"])
             browser_lab.open_notebook(page, path, cells, kernel=True, timeout=120)
             # the check-my-work cell, the last one, run as a learner runs it (Shift-Enter's command)
-            page.evaluate("""(n) => { const nb = window.jupyterapp.shell.currentWidget.content;
+            browser_lab.evaluate_async(page, """(n) => { const nb = window.jupyterapp.shell.currentWidget.content;
                                       nb.activeCellIndex = n - 1;
                                       return window.jupyterapp.commands.execute('notebook:run-cell'); }""", cells)
             last = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell").nth(cells - 1)
@@ -292,7 +292,7 @@ def _run(t: Term, hub, contexts, pages) -> None:
             link = _row(page, "submitted").locator("a", has_text="view feedback")
             link.wait_for(timeout=120_000)
             link.click()  # the file browser goes to the feedback folder
-            listing = page.evaluate("""async (p) => (await window.jupyterapp.serviceManager.contents.get(p)).content
+            listing = browser_lab.evaluate_async(page, """async (p) => (await window.jupyterapp.serviceManager.contents.get(p)).content
                                        .map(e => e.path)""", f"{A}/feedback")
             [stamp] = listing
             html_path = f"{stamp}/{NB.replace('.ipynb', '.html')}"
