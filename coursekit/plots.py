@@ -1,7 +1,8 @@
 """Plotting helpers shared by the notebooks: labelled heatmaps and 2-D vector pictures.
 
 Importing this module registers the Korean font shipped with the package
-(``coursekit/assets/fonts``, package data) as the fallback of matplotlib's default
+(``coursekit/assets/fonts``, package data; in the repository ``coursekit/assets`` links to
+the course's top-level ``assets/``) as the fallback of matplotlib's default
 sans-serif font, so Hangul labels render on any machine, offline, with no system font
 installed. A label holding ``$math$`` is set entirely by mathtext, which has no Hangul:
 keep Korean and math in separate labels.

@@ -6,9 +6,9 @@ It starts the kernel through Debian's ``bwrap`` with:
 - no network (a new, empty network namespace) and its own PID, IPC and UTS namespaces,
   so it can neither reach a server nor see or signal the grader's processes;
 - a whitelisted, read-only view of the system: /usr, /etc, the Python installation,
-  the virtual environment and the ``coursekit`` package (its font is package data in
-  it). The course folder (solutions, the ``grader`` package with its references, the
-  secret), the gradebook, the workspace and other students' files are simply not there;
+  the virtual environment, the ``coursekit`` package and the course's ``assets/`` (the
+  font, package data of coursekit). The course folder (solutions, the ``grader`` package
+  with its references, the secret), the gradebook, the workspace and other students' files are simply not there;
 - size-limited tmpfs scratch at ``/home/student/work`` (the working directory, holding
   a copy of the submission's non-notebook files) and ``/tmp``;
 - rlimits (``prlimit``): address space, processes, CPU seconds, file size, no core
@@ -525,8 +525,11 @@ def _system_links() -> list[str]:
 
 
 def readable_roots() -> set[str]:
-    """The folders every sandbox mounts read-only: /usr, /etc, Python, the venv, coursekit."""
-    return {"/usr", "/etc", sys.base_prefix, sys.prefix, str(Path(coursekit.__file__).parent)}
+    """The folders every sandbox mounts read-only: /usr, /etc, Python, the venv, coursekit,
+    and the course's assets/ that coursekit/assets links to in the repository (in a wheel
+    it is a folder inside coursekit)."""
+    package = Path(coursekit.__file__).parent
+    return {"/usr", "/etc", sys.base_prefix, sys.prefix, str(package), str((package / "assets").resolve())}
 
 
 def _readable(*more: str) -> list[str]:

@@ -2,6 +2,7 @@
 student package (coursekit/pyproject.toml) pins a subset of them."""
 from __future__ import annotations
 
+import os
 import tomllib
 
 import yaml
@@ -31,7 +32,8 @@ def test_student_package_pins_are_the_course_pins():
 
 def test_korean_renders_offline_from_the_shipped_font(tmp_path):
     """Hangul labels draw with the font in coursekit/assets/fonts (package data, found
-    through importlib.resources in this editable install), with no missing-glyph warning."""
+    through importlib.resources in this editable install; the folder is the course's
+    top-level assets/, which coursekit/assets links to), with no missing-glyph warning."""
     import warnings
     from importlib import resources
 
@@ -42,6 +44,9 @@ def test_korean_renders_offline_from_the_shipped_font(tmp_path):
     fonts = resources.files("coursekit") / "assets" / "fonts"
     assert plots.KOREAN_FONT == fonts / "NanumSquareR.ttf"
     assert plots.KOREAN_FONT.is_file() and (fonts / "OFL.txt").is_file()
+    root = course.ROOT
+    assert os.readlink(root / "coursekit" / "assets") == "../assets", "a relative link, valid in every clone"
+    assert os.path.realpath(plots.KOREAN_FONT) == str(root / "assets" / "fonts" / "NanumSquareR.ttf")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ax = plots.heatmap([[0.2, 0.8], [0.6, 0.4]], ["나는", "고기를"], ["먹었다", "it"], title="나는 고기를 먹었다")

@@ -229,9 +229,12 @@ def test_venv_s_files_are_world_readable(venv_python):
 
 def test_dev_install_finds_the_font_in_the_checkout(tmp_path):
     """The instructor's editable install (and this checkout on PYTHONPATH) reads the same font,
-    from coursekit/assets/fonts, in a fresh process outside the course folder."""
-    done = subprocess.run([sys.executable, "-c", "import coursekit.plots as p; print(p.KOREAN_FONT, p.KOREAN_FONT.is_file())"],
+    through coursekit/assets, a link to the course's top-level assets/, in a fresh process
+    outside the course folder."""
+    done = subprocess.run([sys.executable, "-c", "import coursekit.plots as p; "
+                           "print(p.KOREAN_FONT, p.KOREAN_FONT.resolve(), p.KOREAN_FONT.is_file())"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    font, exists = done.stdout.split()
-    assert (font, exists) == (str(course.ROOT / "coursekit" / "assets" / "fonts" / "NanumSquareR.ttf"), "True")
+    font, real, exists = done.stdout.split()
+    assert (font, real, exists) == (str(course.ROOT / "coursekit" / "assets" / "fonts" / "NanumSquareR.ttf"),
+                                    str(course.ROOT / "assets" / "fonts" / "NanumSquareR.ttf"), "True")
