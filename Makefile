@@ -66,7 +66,7 @@ demo: $(STAMP) release
 # marked kernel, browser, cluster or hub to it) run on every core (pytest-xdist); then the
 # others, one at a time: their sandboxes, servers and time limits assume a machine to themselves.
 IN_PROCESS := not (kernel or browser or cluster or hub)
-test: $(STAMP) $(HUB_DEPS) student-env
+test: $(STAMP) $(HUB_DEPS) student-env selfstudy-env
 	$(BIN)/python -m pytest -q -n auto -m "$(IN_PROCESS)"; in_process=$$?; \
 	$(BIN)/python -m pytest -q -m "not ($(IN_PROCESS))"; others=$$?; \
 	exit $$(( in_process || others ))
@@ -93,6 +93,18 @@ wheel: $(STAMP)
 # a fresh clone reuses it. The first build installs torch.
 student-env: $(STAMP)
 	$(BIN)/python -m hub.environments --extras hub
+
+# The self-learner's package (selfstudy/pyproject.toml): coursekit, the student notebooks, the
+# hidden checks (grader.checks) and the attention-course command, for check my work offline.
+# hub/environments.py builds it from a temporary copy (selfstudy/ and what it takes from the
+# checkout), never in the checkout. selfstudy-env is its clean venv, cached like student-env's.
+SELFSTUDY_WHEEL := dist/attention_from_scratch_course-0.1.0-py3-none-any.whl
+.PHONY: selfstudy-wheel selfstudy-env
+selfstudy-wheel: $(STAMP)
+	rm -f $(SELFSTUDY_WHEEL)
+	$(BIN)/python -m hub.environments --selfstudy --wheel dist
+selfstudy-env: $(STAMP)
+	$(BIN)/python -m hub.environments --selfstudy
 
 # Speed targets as ratios measured side by side in one run (never timed tests).
 bench: $(STAMP)

@@ -1,8 +1,10 @@
-"""The course's two environments on a hub, as cached venvs.
+"""The course's environments, as cached venvs.
 
 * ``student_env(extras)``: the student package as a learner or a hub's student gets it,
   the wheel built from coursekit/ (``build_wheel``, as ``make wheel`` builds it) installed
   with its pinned dependencies into a clean venv: no grader package, no solutions.
+* ``selfstudy_env()``: the self-learner's wheel (``build_selfstudy_wheel``, selfstudy/:
+  coursekit, the notebooks, the hidden checks, ``attention-course``) in a clean venv.
 * ``instructor_env()``: this repository installed editable (``course-grader``, nbgrader
   with formgrader, the course's configuration) and the hub's jupyterhub.
 
@@ -18,7 +20,8 @@ kept once per machine, outside any clone (``STUDENT_ENVS``: $ATTENTION_COURSE_EN
 as root, /var/cache/attention-from-scratch/envs), and a fresh clone reuses it; the
 instructor's, an editable install of one checkout, is kept in that checkout's ``out/envs/``.
 ``python -m hub.environments [--extras hub]`` (``make student-env``) builds the student
-venv ahead of the tests and prints its Python.
+venv ahead of the tests and prints its Python; ``--selfstudy`` (``make selfstudy-env``) the
+self-learner's; ``--wheel FOLDER`` builds only the wheel (``make wheel``, ``make selfstudy-wheel``).
 """
 from __future__ import annotations
 
@@ -123,12 +126,29 @@ def build_venv(name: str, key: str, install: Callable[[Path], None], envs: Path 
 
 # ------------------------------------------------------------------------------ the student's
 
+def _pip_wheel(source: Path, built: Path, glob: str) -> Path:
+    """``pip wheel`` the project in ``source`` into ``built``; the one wheel it gives.
+
+    Raises:
+        RuntimeError: pip failed (its output is in the message), or gave no single wheel.
+    """
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "--quiet", "-w", str(built), str(source)],
+                          capture_output=True, text=True, timeout=600)
+    wheels = sorted(built.glob(glob))
+    if done.returncode or len(wheels) != 1:
+        raise RuntimeError(f"pip wheel {source.name}/ failed (exit {done.returncode}, wheels {wheels}):\n"
+                           f"{done.stdout}{done.stderr}")
+    return wheels[0]
+
+
 def build_wheel(dest: Path) -> Path:
     """Build the student wheel from coursekit/ into the folder ``dest`` (created if missing).
 
     The build runs in a copy of coursekit/ without build leftovers, so a stale
     ``coursekit/build/`` can put nothing in the wheel and nothing is written into the
-    checkout. Returns the wheel's path.
+    checkout; the copy follows coursekit/assets, a link to the course's assets/. Returns
+    the wheel's path.
 
     Raises:
         RuntimeError: pip could not build the wheel (its output is in the message), or
@@ -137,17 +157,48 @@ def build_wheel(dest: Path) -> Path:
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="coursekit-build-") as tmp:
-        source, built = Path(tmp) / "coursekit", Path(tmp) / "dist"
+        source = Path(tmp) / "coursekit"
         shutil.copytree(ROOT / "coursekit", source, ignore=shutil.ignore_patterns(*BUILD_LEFTOVERS))
-        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                               "--quiet", "-w", str(built), str(source)],
-                              capture_output=True, text=True, timeout=600)
-        wheels = sorted(built.glob(WHEEL_GLOB))
-        if done.returncode or len(wheels) != 1:
-            raise RuntimeError(f"pip wheel coursekit/ failed (exit {done.returncode}, wheels {wheels}):\n"
-                               f"{done.stdout}{done.stderr}")
-        target = dest / wheels[0].name
-        shutil.move(wheels[0], target)
+        wheel = _pip_wheel(source, Path(tmp) / "dist", WHEEL_GLOB)
+        target = dest / wheel.name
+        shutil.move(wheel, target)
+    return target
+
+
+# What the self-learner's wheel holds beyond selfstudy/'s own files, copied beside them for
+# the build: the student package, the hidden checks and the one grader module they import
+# (grader.wire, which reads answers), and the student notebooks as package data.
+SELFSTUDY_COPIES = {"coursekit": "coursekit", "grader/__init__.py": "grader/__init__.py",
+                    "grader/wire.py": "grader/wire.py", "grader/checks": "grader/checks",
+                    "notebooks": "attention_course/notebooks"}
+SELFSTUDY_GLOB = "attention_from_scratch_course-*-py3-none-any.whl"
+
+
+def build_selfstudy_wheel(dest: Path) -> Path:
+    """Build the self-learner's wheel (selfstudy/pyproject.toml) into the folder ``dest``.
+
+    selfstudy/ and the checkout's files named in ``SELFSTUDY_COPIES`` are copied into a
+    temporary folder (without build leftovers, following links) and built there: nothing
+    is written into the checkout. Returns the wheel's path.
+
+    Raises:
+        RuntimeError: as ``build_wheel``.
+    """
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns(*BUILD_LEFTOVERS)
+    with tempfile.TemporaryDirectory(prefix="selfstudy-build-") as tmp:
+        source = Path(tmp) / "selfstudy"
+        shutil.copytree(ROOT / "selfstudy", source, ignore=ignore)
+        for there, here in SELFSTUDY_COPIES.items():
+            (source / here).parent.mkdir(parents=True, exist_ok=True)
+            if (ROOT / there).is_dir():
+                shutil.copytree(ROOT / there, source / here, ignore=ignore)
+            else:
+                shutil.copyfile(ROOT / there, source / here)
+        wheel = _pip_wheel(source, Path(tmp) / "dist", SELFSTUDY_GLOB)
+        target = dest / wheel.name
+        shutil.move(wheel, target)
     return target
 
 
@@ -179,6 +230,19 @@ def student_env(extras: str = "") -> Path:
                           lambda prefix: pip(prefix, f"{wheel}[{extras}]" if extras else str(wheel)), STUDENT_ENVS)
 
 
+def selfstudy_env() -> Path:
+    """The Python of a clean venv holding the self-learner's wheel (``build_selfstudy_wheel``)
+    and its pinned dependencies, cached like the student's (``STUDENT_ENVS``, keyed by the
+    wheel's bytes). The first build installs torch and JupyterLab: a few minutes.
+
+    Raises:
+        EnvironmentMissing, RuntimeError: as ``build_venv``, or the wheel could not be built.
+    """
+    with tempfile.TemporaryDirectory(prefix="selfstudy-wheel-") as tmp:
+        wheel = build_selfstudy_wheel(Path(tmp))
+        return build_venv("selfstudy", wheel_digest(wheel), lambda prefix: pip(prefix, str(wheel)), STUDENT_ENVS)
+
+
 # --------------------------------------------------------------------------- the instructor's
 
 def instructor_env() -> Path:
@@ -195,10 +259,17 @@ def instructor_env() -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Build the student wheel's clean venv (cached once per "
-                                                 "machine, see hub/environments.py).")
+    parser = argparse.ArgumentParser(description="Build the student wheel's clean venv, or the self-learner "
+                                                 "wheel's (cached once per machine, see hub/environments.py).")
     parser.add_argument("--extras", default="", help="extras of the student package, e.g. hub")
-    print(student_env(parser.parse_args(argv).extras))
+    parser.add_argument("--selfstudy", action="store_true", help="the self-learner wheel's venv (selfstudy/)")
+    parser.add_argument("--wheel", type=Path, metavar="FOLDER", help="only build the wheel (the student's, or "
+                        "with --selfstudy the self-learner's) into FOLDER and print its path")
+    args = parser.parse_args(argv)
+    if args.wheel:
+        print((build_selfstudy_wheel if args.selfstudy else build_wheel)(args.wheel))
+    else:
+        print(selfstudy_env() if args.selfstudy else student_env(args.extras))
 
 
 if __name__ == "__main__":
