@@ -2,14 +2,18 @@
 
 ``check_my_work()`` grades the notebook this kernel runs, as last SAVED, with the hidden
 checks, and prints per exercise pass or fail, points, the diagnosis and a hint, then the
-score and what to revisit. The grading never runs in this kernel:
+score and what to revisit. The grading runs outside this kernel, except in the
+self-learner's own install:
 
 - on a hub that runs the course's check service (``COURSE_CHECK_URL`` is set), the saved
   notebook is sent there with this server's JupyterHub token; the service, which runs
   as the instructor's account, grades it (``grader.checkservice``);
-- in a full install of the course (the ``grader`` package is importable), by
-  ``course-grader check`` in a separate process;
-- otherwise it says, in one line, that this install has no checker.
+- in a full install of the course (the ``grader`` package with its grading pipeline,
+  ``grader.selfcheck``, is importable), by ``course-grader check`` in a separate process;
+- in the self-learner's package (``attention_course``, selfstudy/: the hidden checks
+  without the instructor's grading stack), by ``attention_course.check``, which judges the
+  functions this kernel defines;
+- otherwise it says, in one line, the command that installs a checker.
 
 Which notebook: the path given; else the one VS Code names (``__vsc_ipynb_file__``); else
 the one the Jupyter server's session of this very kernel names (JupyterLab, Notebook 7,
@@ -35,8 +39,10 @@ from pathlib import Path
 
 ASK = ('check my work: cannot tell which notebook this is: save it (Ctrl-S) and run '
        'check_my_work("path/to/your.ipynb")')
-NO_CHECKER = ("check my work: this install has no checker: ask your instructor, or install the full course "
-              "(its grader) to check your work on your own machine")
+SELF_LEARNER = "attention-from-scratch-course"  # the self-learner's package (selfstudy/pyproject.toml)
+NO_CHECKER = (f"check my work: this install has no checker (in a class, your instructor's check service is): "
+              f"run %pip install {SELF_LEARNER} in a cell (or the wheel make selfstudy-wheel builds, "
+              "dist/attention_from_scratch_course-0.1.0-py3-none-any.whl), restart the kernel, run this cell again")
 _SERVER_TIMEOUT = 3  # seconds per Jupyter server asked about its sessions: a dead one must not hang the cell
 _CHECK_TIMEOUT = 600
 
@@ -213,6 +219,36 @@ def _check_here(path: Path) -> None:
         print(lines[-1] if lines else f"check my work: the checker stopped (exit code {done.returncode})")
 
 
+def _importable(name: str) -> bool:
+    """Whether module ``name`` can be imported (its parent packages are imported to know)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package is missing
+        return False
+
+
+def _checker() -> str | None:
+    """Which checker this install has: "service", "full" (the course's grading pipeline),
+    "self" (the self-learner's package) or None."""
+    if os.environ.get("COURSE_CHECK_URL", ""):
+        return "service"
+    if _importable("grader") and _importable("grader.selfcheck"):
+        return "full"
+    return "self" if _importable("attention_course") else None
+
+
+def _check_in_kernel(path: Path) -> None:
+    shell = _shell()
+    try:
+        text = importlib.import_module("attention_course.check").check_in_kernel(
+            path, shell.user_ns if shell is not None else {})
+    except (OSError, ValueError) as error:
+        print(f"check my work: cannot check {path.name} ({error}): save it again (Ctrl-S), or set "
+              "JUPYTER_DATA_DIR to a folder you can write")
+        return
+    print(text)
+
+
 def check_my_work(notebook: str | os.PathLike | None = None) -> None:
     """Grade the saved notebook with the hidden checks and print the tutor's comments.
 
@@ -235,13 +271,16 @@ def check_my_work(notebook: str | os.PathLike | None = None) -> None:
         print(f"check my work: there is no notebook at {path}: save it (Ctrl-S) and pass its path, e.g. "
               'check_my_work("path/to/your.ipynb")')
         return None
-    url = os.environ.get("COURSE_CHECK_URL", "")
-    if not url and importlib.util.find_spec("grader") is None:
+    checker = _checker()
+    if checker is None:
         print(NO_CHECKER)
         return None
+    if checker == "self":
+        _check_in_kernel(path)
+        return None
     print(f"Checking the saved {path.name} (about 15 s; unsaved changes are not seen)...", flush=True)
-    if url:
-        _check_on_service(url, path)
+    if checker == "service":
+        _check_on_service(os.environ["COURSE_CHECK_URL"], path)
     else:
         _check_here(path)
     return None

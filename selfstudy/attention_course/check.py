@@ -1,0 +1,170 @@
+"""Check my work in the self-learner's install: the hidden checks (``grader.checks``, installed
+with this package) judge the functions this kernel defines, offline, with no re-execution.
+
+``coursekit.check.check_my_work`` calls ``check_in_kernel`` when this package is installed
+and the instructor's grading pipeline (``grader.selfcheck``) is not. The notebook names the
+exercises (its graded test cells, ``<exercise id>-test``, and their points); each exercise's
+function or class is taken by its name from the kernel's namespace, as the learner last ran
+it, and judged as grading judges it: the same questions (``grader.checks.answers_of``) and
+verdicts (``grader.checks.verdict``), an upstream mistake blamed first
+(``grader.checks.with_upstream``). The questions are drawn from a secret of the user's own,
+made on first use in their Jupyter data folder (the file ``course-grader check`` uses), and
+from the function's source: the same code is asked the same questions, changed code new ones.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import inspect
+import json
+import os
+import tempfile
+from pathlib import Path
+
+DATA_FOLDER = "attention-from-scratch"
+TEST_SUFFIX = "-test"
+STUDENT = "self"
+# One line under the first, as course-grader check says it: the visible tests are not the grade.
+OTHER_INPUTS = ("The hidden checks try other inputs than the visible tests (they are never shown), so a "
+                "notebook that passes its visible tests can still fail one here.")
+
+
+def secret_file() -> Path:
+    """Where this user's check secret lives (it need not exist yet)."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    return Path(jupyter_data_dir()) / DATA_FOLDER / "check_secret"
+
+
+def user_secret() -> bytes:
+    """This user's check secret, made on first use (folder 0700, file 0600; written aside and
+    hard-linked into place, so that two checks at once get the same one).
+
+    Raises:
+        OSError: the user's data folder cannot be made or read.
+    """
+    path = secret_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not path.is_file():
+        fd, aside = tempfile.mkstemp(dir=path.parent, prefix=".check_secret-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(os.urandom(32).hex())
+            try:
+                os.link(aside, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(aside)
+    return path.read_bytes().strip()
+
+
+def exercises(notebook: dict) -> tuple[dict[str, float], dict[str, str]]:
+    """A notebook's graded exercises: (exercise id -> points, in notebook order; exercise id ->
+    the title of the level-2 section its answer cell sits in)."""
+    points, sections, heading = {}, {}, ""
+    for cell in notebook.get("cells", []):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        grade_id = str(meta.get("grade_id", ""))
+        if cell.get("cell_type") == "markdown":
+            for line in source.splitlines():
+                if line.startswith("## ") or (line.startswith("# ") and not heading):
+                    heading = line.lstrip("#").strip()
+        elif meta.get("solution"):
+            sections[grade_id] = heading
+        elif meta.get("grade") and grade_id.endswith(TEST_SUFFIX):
+            points[grade_id[: -len(TEST_SUFFIX)]] = float(meta.get("points") or 0)
+    return points, sections
+
+
+def _source(fn: object) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):  # defined where no source is kept
+        return repr(fn)
+
+
+def seed(secret: bytes, assignment: str, exercise: str, fn: object) -> int:
+    """The questions' seed: this user's secret, the exercise and the function's source."""
+    message = "\0".join([STUDENT, assignment, exercise, _source(fn)]).encode()
+    return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:8], "little")
+
+
+def judge(assignment: str, points: dict[str, float], namespace: dict, secret: bytes) -> dict[str, str | None]:
+    """Exercise id -> None (the hidden checks pass) or the diagnosis, for the functions of
+    ``namespace``. An exercise whose function the kernel has not defined is not answered.
+
+    Raises:
+        LookupError: an exercise of ``points`` has no registered check.
+    """
+    from grader import checks
+
+    verdicts: dict[str, str | None] = {}
+    for exercise in points:
+        spec = checks.get(exercise)
+        fn = namespace.get(spec.function)
+        if fn is None:
+            verdicts[exercise] = f"{spec.function}: not answered yet, this kernel has not run its cell"
+            continue
+        drawn = seed(secret, assignment, exercise, fn)
+        verdicts[exercise] = checks.verdict(exercise, drawn, checks.answers_of(exercise, fn, drawn))
+    return checks.with_upstream(verdicts)
+
+
+def _registered(exercise: str) -> bool:
+    from grader import checks
+
+    try:
+        checks.get(exercise)
+    except LookupError:
+        return False
+    return True
+
+
+def _hint(function: str, section: str, diagnosis: str) -> str:
+    where = f'section "{section}"' if section else "its section"
+    if "not answered yet" in diagnosis:
+        return f"fill in `{function}` in {where} (the cell marked YOUR CODE HERE), run it, then the test below it"
+    return (f"re-read {where} and the docstring of `{function}`; the visible test under it is a small case "
+            "you can work out by hand")
+
+
+def check_in_kernel(path: Path, namespace: dict) -> str:
+    """What the learner reads: per exercise of the notebook at ``path`` pass or fail, the
+    points, the diagnosis and a hint, then the score and what to revisit.
+
+    Raises:
+        OSError: the notebook cannot be read, or the user's data folder cannot be written.
+        ValueError: the notebook is not JSON.
+    """
+    from grader import checks
+
+    notebook = json.loads(Path(path).read_text(encoding="utf-8"))
+    points, sections = exercises(notebook)
+    points = {e: p for e, p in points.items() if _registered(e)}
+    if not points:
+        return f"{Path(path).name}: no exercise of this course in it: pass a notebook the course gave you"
+    assignment = next(iter(points)).split("-", 1)[0]  # its topic: a renamed copy is asked the same
+    verdicts = judge(assignment, points, namespace, user_secret())
+    width = max(map(len, points))
+    lines = [f"Checked the functions this kernel defines for {Path(path).name} with the hidden checks "
+             "(as this kernel last ran them: run a cell you changed before checking):", OTHER_INPUTS, ""]
+    revisit: dict[str, list[str]] = {}
+    score = 0.0
+    for exercise, most in points.items():
+        diagnosis = verdicts.get(exercise)
+        function = checks.get(exercise).function
+        got = most if diagnosis is None else 0.0
+        score += got
+        lines.append(f"  {'PASS' if diagnosis is None else 'FAIL'}  {exercise:<{width}}  {got:g}/{most:g}")
+        if diagnosis is not None:
+            section = sections.get(exercise, "")
+            lines.append(f"        what went wrong: {diagnosis}")
+            lines.append(f"        hint: {_hint(function, section, diagnosis)}")
+            revisit.setdefault(section or exercise, []).append(function)
+    lines += ["", f"Score: {score:g}/{sum(points.values()):g}",
+              "What to revisit: " + ("; ".join(f"{s} ({', '.join(f)})" for s, f in revisit.items())
+                                     if revisit else "nothing, every hidden check passed.")]
+    return "\n".join(lines)

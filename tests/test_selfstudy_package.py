@@ -1,0 +1,194 @@
+"""The self-learner's package (selfstudy/pyproject.toml) against the class's student package
+(coursekit/pyproject.toml): the two wheels differ by exactly the hidden checks with their
+references, the notebooks and the attention-course command; and in a clean venv holding
+only the self-learner's wheel, offline, the command writes the notebooks (never over a
+learner's file) and opens JupyterLab, and check my work gives a notebook filled with the
+solutions full marks and an untouched one no points.
+
+Both wheels are built as ``make wheel`` and ``make selfstudy-wheel`` build them; the venv
+comes from hub/environments.py (``make selfstudy-env``: cached outside the clone, keyed by
+the wheel's bytes; its first build installs torch and JupyterLab, about a minute here).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import tomllib
+import urllib.request
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader import course
+from hub.environments import build_selfstudy_wheel, build_wheel, clean_env, selfstudy_env
+
+pytestmark = pytest.mark.kernel
+
+DIST_INFO = re.compile(r"[^/]+\.dist-info/.*")
+# the instructor's side, which the self-learner's install must not need or bring
+INSTRUCTOR = {"nbgrader", "dask", "distributed", "psycopg", "jupyterhub", "playwright", "pytest", "alembic"}
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("wheels")
+    return build_wheel(folder), build_selfstudy_wheel(folder)
+
+
+def _files(wheel: Path) -> dict[str, bytes]:
+    """The wheel's files but its dist-info, name -> bytes."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {n: archive.read(n) for n in archive.namelist() if not DIST_INFO.fullmatch(n)}
+
+
+def _tree(folder: str, pattern: str) -> set[str]:
+    return {p.relative_to(course.ROOT).as_posix() for p in (course.ROOT / folder).rglob(pattern)
+            if "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts}
+
+
+def test_the_two_wheels_differ_by_the_checks_the_notebooks_and_the_command_only(wheels):
+    student, selfstudy = map(_files, wheels)
+    assert wheels[1].name == "attention_from_scratch_course-0.1.0-py3-none-any.whl"
+    checks = _tree("grader/checks", "*.py") | {"grader/__init__.py", "grader/wire.py"}
+    notebooks = {f"attention_course/{n}" for n in _tree("notebooks", "*.ipynb")}
+    command = {"attention_course/__init__.py", "attention_course/cli.py", "attention_course/check.py"}
+    assert len(notebooks) == len(course.assignments()) and "grader/checks/reference/softmax.py" in checks
+    assert set(selfstudy) - set(student) == checks | notebooks | command
+    assert set(student) - set(selfstudy) == set(), "the self-learner's wheel holds the whole student package"
+    assert [n for n in student if student[n] != selfstudy[n]] == [], "the same coursekit, byte for byte"
+    assert {n for n in student if n.startswith(("grader/", "attention_course/"))} == set()
+    for name in checks | notebooks:
+        there = name.removeprefix("attention_course/")
+        assert selfstudy[name] == (course.ROOT / there).read_bytes(), f"{name} is not the checkout's {there}"
+
+
+def test_the_self_learner_s_install_is_the_student_s_with_jupyterlab_and_ipywidgets(wheels):
+    """Its pins are the student package's and what a learner's JupyterLab needs, at the
+    versions the course is tested with; nothing of the instructor's grading stack."""
+    with zipfile.ZipFile(wheels[1]) as archive:
+        meta = archive.read("attention_from_scratch_course-0.1.0.dist-info/METADATA").decode()
+        entry = archive.read("attention_from_scratch_course-0.1.0.dist-info/entry_points.txt").decode()
+    requires = set(re.findall(r"^Requires-Dist: (\S+)$", meta, re.M))
+    student = tomllib.loads((course.ROOT / "coursekit" / "pyproject.toml").read_text())["project"]
+    assert set(student["dependencies"]) <= requires
+    assert {"jupyterlab==4.6.6", f"ipywidgets=={metadata.version('ipywidgets')}"} <= requires
+    for pin in requires:
+        name, version = pin.split("==")
+        assert metadata.version(name).split("+")[0] == version, f"{pin}: the course is tested with {name} {metadata.version(name)}"
+    assert {pin.split("==")[0].split("[")[0] for pin in requires} & INSTRUCTOR == set()
+    assert "attention-course = attention_course.cli:main" in entry
+
+
+@pytest.fixture(scope="module")
+def venv_python() -> Path:
+    return selfstudy_env()
+
+
+def _offline(home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment with no way to the network (an unreachable proxy) and its own
+    HOME and Jupyter folders (the check's secret goes there)."""
+    return clean_env(HOME=str(home), JUPYTER_DATA_DIR=str(home / "data"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+                     JUPYTER_CONFIG_DIR=str(home / "config"), http_proxy="http://127.0.0.1:9",
+                     https_proxy="http://127.0.0.1:9", PIP_NO_INDEX="1", **extra)
+
+
+def _command(venv_python: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(venv_python.parent / "attention-course"), *args], cwd=home, env=_offline(home),
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_writes_the_notebooks_and_never_over_the_learner_s(venv_python, tmp_path):
+    done = _command(venv_python, tmp_path, "notebooks", "course")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"attention-course: wrote {len(course.assignments())} notebooks into {tmp_path / 'course'}\n"
+    for assignment in course.assignments():
+        name = f"{assignment}/{assignment}.ipynb"
+        assert (tmp_path / "course" / name).read_bytes() == (course.NOTEBOOKS / name).read_bytes()
+    mine = tmp_path / "course" / "03_masking" / "03_masking.ipynb"
+    mine.write_text("my work")
+    (tmp_path / "course" / "01_similarity" / "01_similarity.ipynb").unlink()
+    done = _command(venv_python, tmp_path, "notebooks", "course")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.count("\n") == 1 and "wrote 1 notebooks" in done.stdout, done.stdout
+    assert f"kept {len(course.assignments()) - 1} already there, not written over" in done.stdout
+    assert mine.read_text() == "my work"
+    done = _command(venv_python, tmp_path, "notebooks", "course")
+    assert done.stdout.startswith("attention-course: all 14 notebooks are already in") and mine.read_text() == "my work"
+    (tmp_path / "a file").write_text("")
+    done = _command(venv_python, tmp_path, "notebooks", "a file")
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "is a file, not a folder" in done.stderr
+
+
+def test_the_command_opens_jupyterlab_on_the_folder(venv_python, tmp_path):
+    """As root (this suite's CI) too: JupyterLab refuses root without --allow-root."""
+    lab = subprocess.Popen([str(venv_python.parent / "attention-course"), "lab", "--ServerApp.port=0",
+                            "--ServerApp.open_browser=False"], cwd=tmp_path, env=_offline(tmp_path),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not list((tmp_path / "runtime").glob("jpserver-*.json")):
+            assert lab.poll() is None and time.monotonic() < deadline, lab.stdout.read() if lab.poll() else "no server"
+            time.sleep(0.5)
+        server = json.loads(next((tmp_path / "runtime").glob("jpserver-*.json")).read_text())
+        request = urllib.request.Request(f"{server['url'].rstrip('/')}/api/contents/03_masking",
+                                         headers={"Authorization": f"token {server['token']}"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localhost, not the dead proxy
+        with opener.open(request, timeout=30) as response:
+            listing = json.load(response)
+    finally:
+        os.killpg(lab.pid, signal.SIGTERM)
+        lab.wait(timeout=60)
+    assert server["root_dir"] == str(tmp_path / "attention-from-scratch")
+    assert [item["name"] for item in listing["content"]] == ["03_masking.ipynb"]
+
+
+def _filled(assignment: str) -> nbformat.NotebookNode:
+    """The student notebook with each answer cell replaced by the solution's."""
+    solved = {c.metadata.nbgrader["grade_id"]: c.source
+              for c in nbformat.read(course.SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4).cells
+              if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = solved[grade_id]
+    return nb
+
+
+def _run_notebook(venv_python: Path, home: Path, nb: nbformat.NotebookNode, name: str) -> str:
+    """Run the notebook top to bottom in the venv's own kernel (nbconvert, errors allowed) and
+    return what its last cell, check my work, printed."""
+    folder = home / name
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+    done = subprocess.run([str(venv_python), "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+                           "--allow-errors", "--inplace", f"{name}.ipynb"], cwd=folder, env=_offline(home),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    last = nbformat.read(folder / f"{name}.ipynb", as_version=4).cells[-1]
+    assert "check_my_work()" in last.source
+    return "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
+
+
+def test_check_my_work_offline_full_marks_for_the_solutions_none_for_an_untouched_notebook(venv_python, tmp_path):
+    assignment = "03_masking"
+    points = sum(c.metadata.nbgrader.get("points", 0)
+                 for c in nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4).cells
+                 if c.metadata.get("nbgrader", {}).get("grade"))
+    solved = _run_notebook(venv_python, tmp_path, _filled(assignment), assignment)
+    assert f"Score: {points:g}/{points:g}" in solved and "FAIL" not in solved, solved
+    assert "What to revisit: nothing, every hidden check passed." in solved
+    untouched = _run_notebook(venv_python, tmp_path / "untouched",
+                              nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4),
+                              assignment)
+    assert f"Score: 0/{points:g}" in untouched and "PASS" not in untouched, untouched
+    assert "not answered yet, it still raises NotImplementedError" in untouched
+    assert (tmp_path / "data" / "attention-from-scratch" / "check_secret").is_file(), "the user's own secret"
