@@ -1,0 +1,69 @@
+"""Check my work in the self-learner's install (selfstudy/attention_course/check.py), in this
+process: the functions a kernel defines, judged with grader.checks as grading judges them.
+The installed wheel, in a clean venv, is tested in tests/test_selfstudy_package.py."""
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from grader import checks, course
+
+ASSIGNMENT = "03_masking"
+NOTEBOOK = course.NOTEBOOKS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+
+
+@pytest.fixture(scope="module")
+def selfcheck():
+    """attention_course.check, loaded from selfstudy/ (this venv does not install the package)."""
+    path = course.ROOT / "selfstudy" / "attention_course" / "check.py"
+    spec = importlib.util.spec_from_file_location("selfstudy_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def learner(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def solved() -> dict:
+    return course.solution_namespace(ASSIGNMENT)
+
+
+def test_the_solutions_get_full_marks(selfcheck, learner, solved):
+    text = selfcheck.check_in_kernel(NOTEBOOK, solved)
+    assert "Score: 12/12" in text and "FAIL" not in text, text
+    assert text.count("  PASS  ") == 6
+    assert (learner / "data" / "attention-from-scratch" / "check_secret").stat().st_mode & 0o077 == 0
+
+
+def test_a_mistake_gets_the_verdict_grading_gives_it(selfcheck, learner, solved):
+    """The same verdict as grader.checks gives the same function on the same questions."""
+    def causal_mask(size):  # the transpose: queries see the future, not the past
+        return np.triu(np.ones((size, size), dtype=bool))
+
+    text = selfcheck.check_in_kernel(NOTEBOOK, {**solved, "causal_mask": causal_mask})
+    seed = selfcheck.seed(selfcheck.user_secret(), "masking", "masking-causal_mask", causal_mask)
+    expected = checks.verdict("masking-causal_mask", seed, checks.answers_of("masking-causal_mask", causal_mask, seed))
+    assert expected, "the transposed mask fails the hidden checks"
+    assert "  FAIL  masking-causal_mask                0/2" in text and f"what went wrong: {expected}" in text
+    assert "Score: 10/12" in text and text.count("  PASS  ") == 5
+    assert 'What to revisit: 4. The causal (look-ahead) mask (causal_mask)' in text
+
+
+def test_a_function_the_kernel_has_not_run_is_not_answered(selfcheck, learner, solved):
+    text = selfcheck.check_in_kernel(NOTEBOOK, {k: v for k, v in solved.items() if k != "apply_mask"})
+    assert "apply_mask: not answered yet, this kernel has not run its cell" in text
+    assert "hint: fill in `apply_mask` in section" in text
+
+
+def test_a_notebook_of_no_exercise_is_one_line(selfcheck, learner, tmp_path):
+    path = tmp_path / "notes.ipynb"
+    path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    assert selfcheck.check_in_kernel(path, {}) == ("notes.ipynb: no exercise of this course in it: "
+                                                   "pass a notebook the course gave you")
