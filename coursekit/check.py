@@ -39,10 +39,11 @@ from pathlib import Path
 
 ASK = ('check my work: cannot tell which notebook this is: save it (Ctrl-S) and run '
        'check_my_work("path/to/your.ipynb")')
-SELF_LEARNER = "attention-from-scratch-course"  # the self-learner's package (selfstudy/pyproject.toml)
-NO_CHECKER = (f"check my work: this install has no checker (in a class, your instructor's check service is): "
-              f"run %pip install {SELF_LEARNER} in a cell (or the wheel make selfstudy-wheel builds, "
-              "dist/attention_from_scratch_course-0.1.0-py3-none-any.whl), restart the kernel, run this cell again")
+# the self-learner's package (selfstudy/pyproject.toml; make selfstudy-wheel builds it into dist/)
+SELF_LEARNER_WHEEL = "attention_from_scratch_course-0.1.0-py3-none-any.whl"
+NO_CHECKER = (f"check my work: this install has no checker: run %pip install {SELF_LEARNER_WHEEL} in a cell "
+              "(the self-learner's package, with the checks; make selfstudy-wheel builds it), restart the kernel "
+              "and run this cell again; in a class, ask for the course's check service")
 _SERVER_TIMEOUT = 3  # seconds per Jupyter server asked about its sessions: a dead one must not hang the cell
 _CHECK_TIMEOUT = 600
 

@@ -106,7 +106,7 @@ def test_without_a_checker_the_cell_says_so_in_one_line(learner, monkeypatch, ca
     monkeypatch.setattr(client.importlib.util, "find_spec", lambda name: None if name == "grader" else real(name))
     assert check_my_work(course.NOTEBOOKS / FIRST / f"{FIRST}.ipynb") is None
     assert capsys.readouterr().out.splitlines() == [client.NO_CHECKER]
-    assert "run %pip install attention-from-scratch-course in a cell" in client.NO_CHECKER, "a command, not prose"
+    assert f"run %pip install {client.SELF_LEARNER_WHEEL} in a cell" in client.NO_CHECKER, "a command, not prose"
 
 
 def test_a_student_account_checks_with_an_install_it_cannot_write(accounts):

@@ -26,6 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from coursekit.check import SELF_LEARNER_WHEEL
 from grader import course
 from hub.environments import build_selfstudy_wheel, build_wheel, clean_env, selfstudy_env
 
@@ -55,7 +56,8 @@ def _tree(folder: str, pattern: str) -> set[str]:
 
 def test_the_two_wheels_differ_by_the_checks_the_notebooks_and_the_command_only(wheels):
     student, selfstudy = map(_files, wheels)
-    assert wheels[1].name == "attention_from_scratch_course-0.1.0-py3-none-any.whl"
+    assert wheels[1].name == "attention_from_scratch_course-0.1.0-py3-none-any.whl" == SELF_LEARNER_WHEEL, \
+        "the wheel that check my work's one line tells a learner to install"
     checks = _tree("grader/checks", "*.py") | {"grader/__init__.py", "grader/wire.py"}
     notebooks = {f"attention_course/{n}" for n in _tree("notebooks", "*.ipynb")}
     command = {"attention_course/__init__.py", "attention_course/cli.py", "attention_course/check.py"}
