@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -69,7 +70,8 @@ def lab_command(folder: Path, options: list[str]) -> list[str]:
     """JupyterLab on ``folder``, from this Python, with JupyterLab's own ``options``; as root
     (a container, a hosted notebook) with ``--allow-root``, which JupyterLab otherwise refuses."""
     command = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={folder}", *options]
-    return command + (["--allow-root"] if os.geteuid() == 0 and "--allow-root" not in options else [])
+    root = getattr(os, "geteuid", lambda: -1)() == 0  # (Windows has no uids)
+    return command + (["--allow-root"] if root and "--allow-root" not in options else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = lab_command(folder, options)
     print(f"attention-course: opening JupyterLab on {folder} (Ctrl-C stops it)", flush=True)
+    if os.name == "nt":  # no exec there: JupyterLab runs as a child, its exit status ours
+        return subprocess.call(command)
     os.execv(command[0], command)  # JupyterLab takes this process: its output, its Ctrl-C
 
 

@@ -1,6 +1,7 @@
-"""Check my work in the self-learner's install (selfstudy/attention_course/check.py), in this
-process: the functions a kernel defines, judged with grader.checks as grading judges them.
-The installed wheel, in a clean venv, is tested in tests/test_selfstudy_package.py."""
+"""The self-learner's package's code (selfstudy/attention_course), in this process: check my
+work (check.py), the functions a kernel defines judged with grader.checks as grading judges
+them; and the command's JupyterLab line (cli.py). The installed wheel, in a clean venv, is
+tested in tests/test_selfstudy_package.py."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,14 +15,18 @@ ASSIGNMENT = "03_masking"
 NOTEBOOK = course.NOTEBOOKS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
 
-@pytest.fixture(scope="module")
-def selfcheck():
-    """attention_course.check, loaded from selfstudy/ (this venv does not install the package)."""
-    path = course.ROOT / "selfstudy" / "attention_course" / "check.py"
-    spec = importlib.util.spec_from_file_location("selfstudy_check", path)
+def _load(name: str):
+    """attention_course.<name>, loaded from selfstudy/ (this venv does not install the package)."""
+    path = course.ROOT / "selfstudy" / "attention_course" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"selfstudy_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def selfcheck():
+    return _load("check")
 
 
 @pytest.fixture
@@ -67,3 +72,13 @@ def test_a_notebook_of_no_exercise_is_one_line(selfcheck, learner, tmp_path):
     path.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
     assert selfcheck.check_in_kernel(path, {}) == ("notes.ipynb: no exercise of this course in it: "
                                                    "pass a notebook the course gave you")
+
+
+@pytest.mark.parametrize("uid", [0, 1000])
+def test_jupyterlab_gets_allow_root_as_root_only(monkeypatch, tmp_path, uid):
+    cli = _load("cli")
+    monkeypatch.setattr(cli.os, "geteuid", lambda: uid)
+    command = cli.lab_command(tmp_path, ["--ServerApp.port=8890"])
+    assert command[1:] == ["-m", "jupyterlab", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.port=8890",
+                           *(["--allow-root"] if uid == 0 else [])]
+    assert cli.lab_command(tmp_path, ["--allow-root"]).count("--allow-root") == 1
