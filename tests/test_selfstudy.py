@@ -53,7 +53,7 @@ def test_a_mistake_gets_the_verdict_grading_gives_it(selfcheck, learner, solved)
         return np.triu(np.ones((size, size), dtype=bool))
 
     text = selfcheck.check_in_kernel(NOTEBOOK, {**solved, "causal_mask": causal_mask})
-    seed = selfcheck.seed(selfcheck.user_secret(), "masking", "masking-causal_mask", causal_mask)
+    seed = selfcheck.seed(selfcheck.user_secret(), "masking-causal_mask")
     expected = checks.verdict("masking-causal_mask", seed, checks.answers_of("masking-causal_mask", causal_mask, seed))
     assert expected, "the transposed mask fails the hidden checks"
     assert "  FAIL  masking-causal_mask                0/2" in text and f"what went wrong: {expected}" in text

@@ -8,14 +8,13 @@ function or class is taken by its name from the kernel's namespace, as the learn
 it, and judged as grading judges it: the same questions (``grader.checks.answers_of``) and
 verdicts (``grader.checks.verdict``), an upstream mistake blamed first
 (``grader.checks.with_upstream``). The questions are drawn from a secret of the user's own,
-made on first use in their Jupyter data folder (the file ``course-grader check`` uses), and
-from the function's source: the same code is asked the same questions, changed code new ones.
+made on first use in their Jupyter data folder (the file ``course-grader check`` uses), as
+the course's check of one exercise in a kernel draws them: the same questions every time.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
-import inspect
 import json
 import os
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 DATA_FOLDER = "attention-from-scratch"
 TEST_SUFFIX = "-test"
 STUDENT = "self"
+KERNEL = "kernel"  # what stands for the submission's digest in the seed of a check in the kernel
 # One line under the first, as course-grader check says it: the visible tests are not the grade.
 OTHER_INPUTS = ("The hidden checks try other inputs than the visible tests (they are never shown), so a "
                 "notebook that passes its visible tests can still fail one here.")
@@ -79,20 +79,24 @@ def exercises(notebook: dict) -> tuple[dict[str, float], dict[str, str]]:
     return points, sections
 
 
-def _source(fn: object) -> str:
-    try:
-        return inspect.getsource(fn)
-    except (OSError, TypeError):  # defined where no source is kept
-        return repr(fn)
+def assignment_of(exercise: str) -> str:
+    """The assignment of an exercise ("masking-..." -> "03_masking"), from the notebooks this
+    package holds; the topic itself where it holds none (loaded outside the package)."""
+    topic = exercise.split("-", 1)[0]
+    shipped = Path(__file__).with_name("notebooks")
+    found = [f.name for f in shipped.iterdir() if f.name.split("_", 1)[-1] == topic] if shipped.is_dir() else []
+    return found[0] if len(found) == 1 else topic
 
 
-def seed(secret: bytes, assignment: str, exercise: str, fn: object) -> int:
-    """The questions' seed: this user's secret, the exercise and the function's source."""
-    message = "\0".join([STUDENT, assignment, exercise, _source(fn)]).encode()
+def seed(secret: bytes, exercise: str) -> int:
+    """The questions' seed: ``HMAC(secret, "self", assignment, exercise, "kernel")``, as the
+    course's self-check draws them (``course-grader check``'s formula, with "kernel" for the
+    saved submission's digest): the same questions on every check of an exercise by one user."""
+    message = "\0".join([STUDENT, assignment_of(exercise), exercise, KERNEL]).encode()
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:8], "little")
 
 
-def judge(assignment: str, points: dict[str, float], namespace: dict, secret: bytes) -> dict[str, str | None]:
+def judge(points: dict[str, float], namespace: dict, secret: bytes) -> dict[str, str | None]:
     """Exercise id -> None (the hidden checks pass) or the diagnosis, for the functions of
     ``namespace``. An exercise whose function the kernel has not defined is not answered.
 
@@ -108,7 +112,7 @@ def judge(assignment: str, points: dict[str, float], namespace: dict, secret: by
         if fn is None:
             verdicts[exercise] = f"{spec.function}: not answered yet, this kernel has not run its cell"
             continue
-        drawn = seed(secret, assignment, exercise, fn)
+        drawn = seed(secret, exercise)
         verdicts[exercise] = checks.verdict(exercise, drawn, checks.answers_of(exercise, fn, drawn))
     return checks.with_upstream(verdicts)
 
@@ -146,8 +150,7 @@ def check_in_kernel(path: Path, namespace: dict) -> str:
     points = {e: p for e, p in points.items() if _registered(e)}
     if not points:
         return f"{Path(path).name}: no exercise of this course in it: pass a notebook the course gave you"
-    assignment = next(iter(points)).split("-", 1)[0]  # its topic: a renamed copy is asked the same
-    verdicts = judge(assignment, points, namespace, user_secret())
+    verdicts = judge(points, namespace, user_secret())
     width = max(map(len, points))
     lines = [f"Checked the functions this kernel defines for {Path(path).name} with the hidden checks "
              "(as this kernel last ran them: run a cell you changed before checking):", OTHER_INPUTS, ""]
