@@ -82,3 +82,22 @@ def test_jupyterlab_gets_allow_root_as_root_only(monkeypatch, tmp_path, uid):
     assert command[1:] == ["-m", "jupyterlab", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.port=8890",
                            *(["--allow-root"] if uid == 0 else [])]
     assert cli.lab_command(tmp_path, ["--allow-root"]).count("--allow-root") == 1
+
+
+def test_what_the_learner_s_code_prints_stays_out_and_the_generators_are_left_as_they_were(selfcheck, learner, solved,
+                                                                                           capsys):
+    import random
+
+    import torch
+
+    def causal_mask(size):
+        print("debugging", size)
+        np.random.rand(), random.random(), torch.rand(1)
+        return solved["causal_mask"](size)
+
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    expected = random.random(), np.random.rand(), torch.rand(1).item()
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    text = selfcheck.check_in_kernel(NOTEBOOK, {**solved, "causal_mask": causal_mask})
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    assert "Score: 12/12" in text and "debugging" not in text + capsys.readouterr().out

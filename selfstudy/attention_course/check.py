@@ -13,11 +13,16 @@ the course's check of one exercise in a kernel draws them: the same questions ev
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import io
 import json
 import os
+import random
+import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 DATA_FOLDER = "attention-from-scratch"
@@ -96,6 +101,27 @@ def seed(secret: bytes, exercise: str) -> int:
     return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:8], "little")
 
 
+@contextlib.contextmanager
+def _quietly():
+    """While the learner's code answers: what it prints and warns kept out of the cell (the full
+    check does not show it either), and afterwards the random generators of Python, numpy and
+    torch as they were, so that cells run after the check draw what they would have."""
+    import numpy as np
+
+    torch = sys.modules.get("torch")
+    state = random.getstate(), np.random.get_state(), torch.get_rng_state() if torch is not None else None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        if torch is not None:
+            torch.set_rng_state(state[2])
+
+
 def judge(points: dict[str, float], namespace: dict, secret: bytes) -> dict[str, str | None]:
     """Exercise id -> None (the hidden checks pass) or the diagnosis, for the functions of
     ``namespace``. An exercise whose function the kernel has not defined is not answered.
@@ -113,7 +139,9 @@ def judge(points: dict[str, float], namespace: dict, secret: bytes) -> dict[str,
             verdicts[exercise] = f"{spec.function}: not answered yet, this kernel has not run its cell"
             continue
         drawn = seed(secret, exercise)
-        verdicts[exercise] = checks.verdict(exercise, drawn, checks.answers_of(exercise, fn, drawn))
+        with _quietly():
+            answers = checks.answers_of(exercise, fn, drawn)
+        verdicts[exercise] = checks.verdict(exercise, drawn, answers)
     return checks.with_upstream(verdicts)
 
 
