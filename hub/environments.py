@@ -4,7 +4,8 @@
   the wheel built from coursekit/ (``build_wheel``, as ``make wheel`` builds it) installed
   with its pinned dependencies into a clean venv: no grader package, no solutions.
 * ``selfstudy_env()``: the self-learner's wheel (``build_selfstudy_wheel``, selfstudy/:
-  coursekit, the notebooks, the hidden checks, ``attention-course``) in a clean venv.
+  coursekit, the notebooks, the hidden checks, ``attention-course``) in a clean venv; the
+  three newest are kept (``prune``).
 * ``instructor_env()``: this repository installed editable (``course-grader``, nbgrader
   with formgrader, the course's configuration) and the hub's jupyterhub.
 
@@ -240,7 +241,24 @@ def selfstudy_env() -> Path:
     """
     with tempfile.TemporaryDirectory(prefix="selfstudy-wheel-") as tmp:
         wheel = build_selfstudy_wheel(Path(tmp))
-        return build_venv("selfstudy", wheel_digest(wheel), lambda prefix: pip(prefix, str(wheel)), STUDENT_ENVS)
+        python = build_venv("selfstudy", wheel_digest(wheel), lambda prefix: pip(prefix, str(wheel)), STUDENT_ENVS)
+    prune("selfstudy", STUDENT_ENVS)
+    return python
+
+
+KEEP = 3  # the self-learner's venvs kept: a new one comes with every change of a check or notebook
+
+
+def prune(name: str, envs: Path, keep: int = KEEP) -> list[Path]:
+    """Remove all but the ``keep`` newest complete ``<name>-*`` venvs of ``envs`` (about 1.3 GB
+    each); the ones being built are left alone. Only for venvs that tests alone use (the
+    self-learner's): a hub's students run on the student venv, which is never pruned.
+    Returns the venvs removed."""
+    done = sorted((p for p in envs.glob(f"{name}-*") if (p / COMPLETE).is_file()),
+                  key=lambda p: (p / COMPLETE).stat().st_mtime, reverse=True)
+    for old in done[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return done[keep:]
 
 
 # --------------------------------------------------------------------------- the instructor's

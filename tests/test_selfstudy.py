@@ -5,6 +5,7 @@ tested in tests/test_selfstudy_package.py."""
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -101,3 +102,16 @@ def test_what_the_learner_s_code_prints_stays_out_and_the_generators_are_left_as
     text = selfcheck.check_in_kernel(NOTEBOOK, {**solved, "causal_mask": causal_mask})
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
     assert "Score: 12/12" in text and "debugging" not in text + capsys.readouterr().out
+
+
+def test_only_the_newest_complete_self_learner_venvs_are_kept(tmp_path):
+    from hub.environments import COMPLETE, prune
+
+    for age, name in enumerate(["selfstudy-a", "selfstudy-b", "selfstudy-c", "selfstudy-d", "student-e"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / COMPLETE).write_text("")
+        os.utime(tmp_path / name / COMPLETE, (1e9 - age, 1e9 - age))
+    (tmp_path / "selfstudy-building").mkdir()  # no COMPLETE yet: another process fills it
+    assert prune("selfstudy", tmp_path, keep=2) == [tmp_path / "selfstudy-c", tmp_path / "selfstudy-d"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["selfstudy-a", "selfstudy-b", "selfstudy-building",
+                                                          "student-e"]
