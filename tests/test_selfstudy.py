@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
@@ -115,3 +116,21 @@ def test_only_the_newest_complete_self_learner_venvs_are_kept(tmp_path):
     assert prune("selfstudy", tmp_path, keep=2) == [tmp_path / "selfstudy-c", tmp_path / "selfstudy-d"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["selfstudy-a", "selfstudy-b", "selfstudy-building",
                                                           "student-e"]
+
+
+def test_one_exercise_is_its_line_and_a_failing_upstream_function_is_blamed_first(selfcheck, learner, solved):
+    assert selfcheck.check_one("causal_mask", solved).splitlines() == [
+        "Checked causal_mask as defined in this kernel now, with the hidden checks:",
+        "  PASS  masking-causal_mask  2/2"]
+
+    def apply_mask(scores, mask, fill=-1e9):  # fills where the mask is True: the opposite convention
+        return np.where(np.asarray(mask, dtype=bool), fill, scores)
+
+    kernel = {**solved, "apply_mask": apply_mask}
+    right = solved["masked_softmax"]  # the solution's, calling the apply_mask of this namespace
+    kernel["masked_softmax"] = types.FunctionType(right.__code__, kernel, right.__name__, right.__defaults__)
+    text = selfcheck.check_one("masked_softmax", kernel)
+    assert "  FAIL  masking-masked_softmax  0/2" in text
+    assert "apply_mask is wrong too, and masked_softmax calls it: fix apply_mask first" in text, text
+    with pytest.raises(LookupError, match="no exercise of this course asks for 'softmaks'"):
+        selfcheck.check_one("softmaks", solved)

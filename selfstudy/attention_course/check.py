@@ -84,13 +84,24 @@ def exercises(notebook: dict) -> tuple[dict[str, float], dict[str, str]]:
     return points, sections
 
 
+def notebooks() -> Path:
+    """The student notebooks: this package's (``<assignment>/<assignment>.ipynb``), or, for this
+    module in the course's checkout (selfstudy/attention_course), the checkout's notebooks/."""
+    here = Path(__file__).resolve().parent
+    return here / "notebooks" if (here / "notebooks").is_dir() else here.parents[1] / "notebooks"
+
+
 def assignment_of(exercise: str) -> str:
-    """The assignment of an exercise ("masking-..." -> "03_masking"), from the notebooks this
-    package holds; the topic itself where it holds none (loaded outside the package)."""
+    """The assignment of an exercise ("masking-..." -> "03_masking"), from the notebooks' folders.
+
+    Raises:
+        LookupError: no notebook's folder is named for the exercise's topic.
+    """
     topic = exercise.split("-", 1)[0]
-    shipped = Path(__file__).with_name("notebooks")
-    found = [f.name for f in shipped.iterdir() if f.name.split("_", 1)[-1] == topic] if shipped.is_dir() else []
-    return found[0] if len(found) == 1 else topic
+    found = [f.name for f in notebooks().iterdir() if f.is_dir() and f.name.split("_", 1)[-1] == topic]
+    if len(found) != 1:
+        raise LookupError(f"no notebook of this course for the exercises of {topic!r}")
+    return found[0]
 
 
 def seed(secret: bytes, exercise: str) -> int:
@@ -163,6 +174,47 @@ def _hint(function: str, section: str, diagnosis: str) -> str:
             "you can work out by hand")
 
 
+def _lines(exercise: str, most: float, diagnosis: str | None, section: str, width: int = 0) -> list[str]:
+    """An exercise's lines: pass or fail and the points; for a failure what went wrong and the hint."""
+    from grader import checks
+
+    lines = [f"  {'PASS' if diagnosis is None else 'FAIL'}  {exercise:<{width}}  {most if diagnosis is None else 0:g}/{most:g}"]
+    if diagnosis is not None:
+        lines += [f"        what went wrong: {diagnosis}",
+                  f"        hint: {_hint(checks.get(exercise).function, section, diagnosis)}"]
+    return lines
+
+
+def check_one(name: str, namespace: dict) -> str:
+    """What the learner reads of one exercise, given by its function's or class's name (or its
+    id), as ``namespace`` defines it now: its line, and for a failure what went wrong and the
+    hint; when it fails, the upstream functions it calls are judged too, and blamed first.
+
+    Raises:
+        LookupError: no exercise of the course asks for ``name`` (the message says what to pass).
+        OSError: the user's data folder, where the secret lives, cannot be written.
+    """
+    from grader import checks
+
+    found = [e for e in checks.exercise_ids() if name in (e, checks.get(e).function)]
+    if len(found) != 1:
+        raise LookupError(f"no exercise of this course asks for {name!r}: pass the name of your function or class "
+                          'as its notebook defines it, e.g. check_my_work("masked_softmax")')
+    exercise = found[0]
+    spec = checks.get(exercise)
+    assignment = assignment_of(exercise)
+    notebook = notebooks() / assignment / f"{assignment}.ipynb"
+    points, sections = exercises(json.loads(notebook.read_text(encoding="utf-8")))
+    secret = user_secret()
+    verdicts = judge({exercise: 0.0}, namespace, secret)
+    if verdicts[exercise] is not None:  # blame a failing upstream function first
+        upstream = [d for d in spec.depends if checks.get(d).function in namespace]
+        verdicts = checks.with_upstream({**judge(dict.fromkeys(upstream, 0.0), namespace, secret),
+                                         exercise: verdicts[exercise]})
+    return "\n".join([f"Checked {spec.function} as defined in this kernel now, with the hidden checks:",
+                      *_lines(exercise, points.get(exercise, 0.0), verdicts[exercise], sections.get(exercise, ""))])
+
+
 def check_in_kernel(path: Path, namespace: dict) -> str:
     """What the learner reads: per exercise of the notebook at ``path`` pass or fail, the
     points, the diagnosis and a hint, then the score and what to revisit.
@@ -186,15 +238,10 @@ def check_in_kernel(path: Path, namespace: dict) -> str:
     score = 0.0
     for exercise, most in points.items():
         diagnosis = verdicts.get(exercise)
-        function = checks.get(exercise).function
-        got = most if diagnosis is None else 0.0
-        score += got
-        lines.append(f"  {'PASS' if diagnosis is None else 'FAIL'}  {exercise:<{width}}  {got:g}/{most:g}")
+        score += most if diagnosis is None else 0.0
+        lines += _lines(exercise, most, diagnosis, sections.get(exercise, ""), width)
         if diagnosis is not None:
-            section = sections.get(exercise, "")
-            lines.append(f"        what went wrong: {diagnosis}")
-            lines.append(f"        hint: {_hint(function, section, diagnosis)}")
-            revisit.setdefault(section or exercise, []).append(function)
+            revisit.setdefault(sections.get(exercise) or exercise, []).append(checks.get(exercise).function)
     lines += ["", f"Score: {score:g}/{sum(points.values()):g}",
               "What to revisit: " + ("; ".join(f"{s} ({', '.join(f)})" for s, f in revisit.items())
                                      if revisit else "nothing, every hidden check passed.")]
