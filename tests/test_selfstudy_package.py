@@ -176,9 +176,9 @@ def _filled(assignment: str) -> nbformat.NotebookNode:
     return nb
 
 
-def _run_notebook(venv_python: Path, home: Path, nb: nbformat.NotebookNode, name: str) -> str:
+def _run_notebook(venv_python: Path, home: Path, nb: nbformat.NotebookNode, name: str) -> list[str]:
     """Run the notebook top to bottom in the venv's own kernel (nbconvert, errors allowed) and
-    return what its last cell, check my work, printed."""
+    return what each cell that calls check_my_work printed."""
     folder = home / name
     folder.mkdir(parents=True)
     nbformat.write(nb, folder / f"{name}.ipynb")
@@ -186,22 +186,27 @@ def _run_notebook(venv_python: Path, home: Path, nb: nbformat.NotebookNode, name
                            "--allow-errors", "--inplace", f"{name}.ipynb"], cwd=folder, env=_offline(home),
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    last = nbformat.read(folder / f"{name}.ipynb", as_version=4).cells[-1]
-    assert "check_my_work()" in last.source
-    return "".join(o.get("text", "") for o in last.outputs if o.output_type == "stream")
+    ran = nbformat.read(folder / f"{name}.ipynb", as_version=4).cells
+    assert "check_my_work()" in ran[-1].source or "check_my_work()" in ran[-2].source
+    return ["".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+            for cell in ran if cell.cell_type == "code" and "check_my_work(" in cell.source]
 
 
-def test_check_my_work_offline_full_marks_for_the_solutions_none_for_an_untouched_notebook(venv_python, tmp_path):
+def test_check_my_work_offline_full_marks_for_the_solutions_none_for_an_untouched_notebook_and_one_exercise(venv_python, tmp_path):
     assignment = "03_masking"
     points = sum(c.metadata.nbgrader.get("points", 0)
                  for c in nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4).cells
                  if c.metadata.get("nbgrader", {}).get("grade"))
-    solved = _run_notebook(venv_python, tmp_path, _filled(assignment), assignment)
+    filled = _filled(assignment)
+    filled.cells.append(nbformat.v4.new_code_cell('check_my_work("causal_mask")'))  # one exercise
+    solved, one = _run_notebook(venv_python, tmp_path, filled, assignment)
+    assert one == ("Checked causal_mask as defined in this kernel now, with the hidden checks:\n"
+                   "  PASS  masking-causal_mask  2/2\n")
     assert f"Score: {points:g}/{points:g}" in solved and "FAIL" not in solved, solved
     assert "What to revisit: nothing, every hidden check passed." in solved
-    untouched = _run_notebook(venv_python, tmp_path / "untouched",
-                              nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4),
-                              assignment)
+    [untouched] = _run_notebook(venv_python, tmp_path / "untouched",
+                                nbformat.read(course.NOTEBOOKS / assignment / f"{assignment}.ipynb", as_version=4),
+                                assignment)
     assert f"Score: 0/{points:g}" in untouched and "PASS" not in untouched, untouched
     assert "not answered yet, it still raises NotImplementedError" in untouched
     assert (tmp_path / "data" / "attention-from-scratch" / "check_secret").is_file(), "the user's own secret"
