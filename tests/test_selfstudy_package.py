@@ -154,6 +154,13 @@ def test_the_command_opens_jupyterlab_on_the_folder(venv_python, tmp_path):
     assert [item["name"] for item in listing["content"]] == ["03_masking.ipynb"]
 
 
+def test_the_venv_s_torch_is_the_pinned_cpu_build(venv_python, tmp_path):
+    """From the pinned file on disk (pip's find-links), as the course's own venv has it."""
+    done = subprocess.run([str(venv_python), "-c", "import torch; print(torch.__version__)"], cwd=tmp_path,
+                          env=_offline(tmp_path), capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, metadata.version("torch")), done.stderr
+
+
 def test_the_training_cells_progress_bar_has_its_widgets(venv_python, tmp_path):
     """tqdm's notebook bar needs ipywidgets: without it ``IProgress`` is None and the bar
     raises "IProgress not found" (tqdm.auto's warning, in red, in the training cells)."""
