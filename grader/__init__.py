@@ -11,4 +11,7 @@
 - ``grader.feedback``: one-line diagnoses of test cells, and the feedback preprocessor
   that shows them in place of hidden tests and tracebacks.
 - ``grader.cli``: the ``course-grader`` command behind ``make release`` and ``make grade``.
+
+The self-learner's package (selfstudy/, ``make selfstudy-wheel``) holds ``grader.checks`` and
+``grader.wire`` of these, and none of the grading stack.
 """
