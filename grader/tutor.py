@@ -97,15 +97,21 @@ def revisit(found: list[Comment]) -> list[str]:
     return [f"{section} ({', '.join(functions)})" for section, functions in out.items()]
 
 
+def exercise_lines(c: Comment, width: int = 0) -> list[str]:
+    """One exercise for a terminal: PASS or FAIL, its id (padded to ``width``) and points;
+    for a failed one, what went wrong and the hint. The lines of ``as_text`` and of the
+    check of one exercise in the learner's kernel (``grader.kernelcheck``)."""
+    lines = [f"  {'PASS' if c.passed else 'FAIL'}  {c.exercise:<{width}}  {c.points:g}/{c.max_points:g}"]
+    if not c.passed:
+        lines.append(f"        what went wrong: {c.diagnosis}")
+        lines.append(f"        hint: {c.hint}")
+    return lines
+
+
 def as_text(found: list[Comment], score: float, max_score: float) -> str:
     """The comments for a terminal: a line per exercise, the score, what to revisit."""
     width = max((len(c.exercise) for c in found), default=0)
-    lines = []
-    for c in found:
-        lines.append(f"  {'PASS' if c.passed else 'FAIL'}  {c.exercise:<{width}}  {c.points:g}/{c.max_points:g}")
-        if not c.passed:
-            lines.append(f"        what went wrong: {c.diagnosis}")
-            lines.append(f"        hint: {c.hint}")
+    lines = [line for c in found for line in exercise_lines(c, width)]
     lines.append("")
     lines.append(f"Score: {score:g}/{max_score:g}")
     todo = revisit(found)
