@@ -13,13 +13,13 @@ the full check, in this process:
 - ``grader.checks.verdict`` judges the answers, and ``with_upstream`` blames an upstream
   function that fails too, as in the full check (the upstream exercises the failed one
   calls are judged the same way, only then);
-- ``grader.tutor`` says it: the exercise's line of the full check, with its points, and
+- ``grader.tutortext`` says it: the exercise's line of the full check, with its points, and
   for a failure what went wrong and the hint.
 
 What the learner's code prints while it answers is not shown (the full check does not show
 it either); the kernel's random generators and torch's thread count are as they were
-before; a call that runs past the course's cell limit (``BudgetedExecute.cell_cpu_seconds``
-of nbgrader_config.py, counted here on the wall clock) is stopped, and the exercise fails
+before; a call that runs past the course's cell limit (``SECONDS``, nbgrader_config.py's
+``BudgetedExecute.cell_cpu_seconds``, counted here on the wall clock) is stopped, and the exercise fails
 with "stopped at the time limit", as in the full check.
 
 This is not the trusted path of a class: the learner's code and the judge share one process,
@@ -40,26 +40,20 @@ from typing import Callable
 
 import numpy as np
 
-from . import checks, course, tutor
+from . import checks, course, tutortext
 from .names import shown
+from .seeds import seed_for
 from .selfcheck import STUDENT, CannotCheck, user_secret
-from .verify import seed_for
 
 KERNEL = "kernel"  # what stands for the submission's digest in a fast check's seed
-DEFAULT_SECONDS = 45.0  # nbgrader_config.py's cell limit, when the configuration cannot be read
+# The course's limit for one cell (BudgetedExecute.cell_cpu_seconds in nbgrader_config.py, which
+# a kernel should not load: it sets PATH), the fast check's for one exercise's calls.
+SECONDS = 45.0
 
 
 class _TimeLimit(BaseException):
     """A call of the learner's code ran past the limit (a BaseException: ``collect`` records
     any Exception as the answer and goes on to the next question)."""
-
-
-def cell_seconds() -> float:
-    """The course's time limit for one cell (nbgrader_config.py), the fast check's for one exercise."""
-    try:
-        return float(course.load_config().BudgetedExecute.cell_cpu_seconds)
-    except Exception:  # noqa: BLE001 - no configuration to read (an install without it): the default
-        return DEFAULT_SECONDS
 
 
 def exercise_of(name: str) -> str:
@@ -168,7 +162,7 @@ def verdicts(namespace: dict, exercise_id: str, seed_of: Callable[[str], int] = 
     if spec.function not in namespace:
         raise CannotCheck(f"{spec.function} is not defined in this kernel: run the cell that defines it, "
                           "then check again")
-    seconds = cell_seconds() if seconds is None else seconds
+    seconds = SECONDS if seconds is None else seconds
     found = {exercise_id: _verdict(exercise_id, namespace[spec.function], seed_of(exercise_id), seconds)}
     if found[exercise_id] is None:
         return found
@@ -183,14 +177,14 @@ def verdicts(namespace: dict, exercise_id: str, seed_of: Callable[[str], int] = 
 class Checked:
     """The outcome of a fast check of one exercise."""
 
-    exercise: tutor.Comment
+    exercise: tutortext.Comment
 
     def text(self) -> str:
         """What the learner reads: a line saying what was judged, then the full check's lines
         of that exercise."""
         c = self.exercise
         head = f"Checked {c.function} as defined in this kernel now, with the hidden checks:"
-        return "\n".join(shown(line) for line in [head, *tutor.exercise_lines(c)])
+        return "\n".join(shown(line) for line in [head, *tutortext.exercise_lines(c)])
 
 
 def check_in_kernel(name: str, namespace: dict, seed_of: Callable[[str], int] = own_seed) -> Checked:
@@ -204,6 +198,6 @@ def check_in_kernel(name: str, namespace: dict, seed_of: Callable[[str], int] = 
     assignment_id = assignment_of(exercise_id)
     diagnosis = verdicts(namespace, exercise_id, seed_of)[exercise_id]
     most = points_of(assignment_id).get(exercise_id, 0.0)
-    [comment] = tutor.comments(assignment_id, {exercise_id: most if diagnosis is None else 0.0},
+    [comment] = tutortext.comments(assignment_id, {exercise_id: most if diagnosis is None else 0.0},
                                {exercise_id: most}, {exercise_id: diagnosis})
     return Checked(comment)
