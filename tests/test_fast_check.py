@@ -158,3 +158,25 @@ def test_while_nbgrader_runs_the_notebook_it_is_one_line(kernel, monkeypatch, ca
     monkeypatch.setenv("NBGRADER_EXECUTION", "validate")
     check_my_work("masked_softmax")
     assert capsys.readouterr().out.splitlines() == ["check my work: skipped while this notebook is graded or validated"]
+
+
+def test_the_fast_check_s_time_limit_is_the_course_s_cell_limit():
+    assert kernelcheck.SECONDS == course.load_config().BudgetedExecute.cell_cpu_seconds
+
+
+def test_the_whole_notebook_check_runs_the_short_training_budget(monkeypatch):
+    """``course-grader check`` (and the check service) grade through nbgrader's autograde,
+    which sets NBGRADER_EXECUTION, and the sandbox hands it to the kernel even when the
+    grader's own environment lacks it: the training notebooks' ``grading()`` is then True,
+    and they train on their short budget while the checks load known weights (notebook 14
+    also measures fewer lengths)."""
+    from coursekit.training import grading
+    from grader.sandbox import _kernel_env
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    env = _kernel_env()
+    assert env["NBGRADER_EXECUTION"]
+    monkeypatch.setenv("NBGRADER_EXECUTION", env["NBGRADER_EXECUTION"])
+    assert grading()
+    budgets = [path.name for path in sorted(course.SOLUTIONS.glob("*/*.ipynb")) if "grading()" in path.read_text()]
+    assert {"09_transformer.ipynb", "10_seq2seq_rnn.ipynb", "12_gpt.ipynb", "13_rope.ipynb"} <= set(budgets)
