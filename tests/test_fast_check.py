@@ -180,3 +180,16 @@ def test_the_whole_notebook_check_runs_the_short_training_budget(monkeypatch):
     assert grading()
     budgets = [path.name for path in sorted(course.SOLUTIONS.glob("*/*.ipynb")) if "grading()" in path.read_text()]
     assert {"09_transformer.ipynb", "10_seq2seq_rnn.ipynb", "12_gpt.ipynb", "13_rope.ipynb"} <= set(budgets)
+
+
+@pytest.mark.parametrize("assignment", course.assignments())
+def test_each_notebook_offers_the_check_of_its_first_exercise(assignment):
+    """The paragraph above the check cell names a call that works: its notebook's first exercise."""
+    import re
+
+    import nbformat
+
+    [path] = (course.NOTEBOOKS / assignment).glob("*.ipynb")
+    text = nbformat.read(path, as_version=4).cells[-2].source
+    [name] = re.findall(r'check_my_work\("(\w+)"\)', text)
+    assert kernelcheck.exercise_of(name) == next(iter(course.sections(assignment)))
