@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import random
 import signal
 import sys
@@ -56,19 +57,36 @@ class _TimeLimit(BaseException):
     any Exception as the answer and goes on to the next question)."""
 
 
+def _graded_cells(assignment_id: str) -> list[dict]:
+    """The nbgrader metadata of the source notebook's graded and solution cells, read as
+    plain JSON (nbformat's validation costs a learner's first check more than the check)."""
+    found = []
+    for name in course.notebook_names(assignment_id):
+        path = course.SOLUTIONS / assignment_id / f"{name}.ipynb"
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade_id") and (meta.get("grade") or meta.get("solution")):
+                found.append(meta)
+    return found
+
+
 def exercise_of(name: str) -> str:
     """The exercise id of ``name``: an exercise id ("masking-masked_softmax"), or the name of the
-    function or class an exercise asks for ("masked_softmax").
+    function or class an exercise asks for ("masked_softmax"). Found among the solution cells'
+    grade ids (the exercise ids), so that only the exercise's own checks are imported: those
+    of notebook 01 import no torch, which its learner's kernel may not have imported yet.
 
     Raises:
         CannotCheck: no exercise of the course has that id or that function.
     """
-    ids = checks.exercise_ids()
-    if name in ids:
-        return name
-    found = [e for e in ids if checks.get(e).function == name]
+    ids = [meta["grade_id"] for a in course.assignments() for meta in _graded_cells(a) if meta.get("solution")]
+    found = [e for e in ids if name in (e, e.split("-", 1)[-1])]
     if len(found) == 1:
-        return found[0]
+        try:
+            if checks.get(found[0]).function == name or found[0] == name:
+                return found[0]
+        except LookupError:  # (a solution cell without a check: nothing to check it with)
+            pass
     raise CannotCheck(f"no exercise of this course asks for {shown(name)}: pass the name of your function or "
                       'class as its notebook defines it, e.g. check_my_work("masked_softmax")')
 
@@ -82,15 +100,8 @@ def assignment_of(exercise_id: str) -> str:
 def points_of(assignment_id: str) -> dict[str, float]:
     """Exercise id -> the points of its test cell, read from the assignment's source notebook
     (what ``nbgrader generate_assignment`` writes into the gradebook)."""
-    import nbformat
-
-    points = {}
-    for name in course.notebook_names(assignment_id):
-        for cell in nbformat.read(course.SOLUTIONS / assignment_id / f"{name}.ipynb", as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if meta.get("grade") and meta.get("grade_id", "").endswith(course.TEST_SUFFIX):
-                points[course.exercise_id(meta["grade_id"])] = float(meta.get("points", 0))
-    return points
+    return {course.exercise_id(meta["grade_id"]): float(meta.get("points", 0)) for meta in _graded_cells(assignment_id)
+            if meta.get("grade") and meta["grade_id"].endswith(course.TEST_SUFFIX)}
 
 
 def own_seed(exercise_id: str) -> int:
