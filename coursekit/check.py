@@ -290,7 +290,7 @@ def check_my_work(notebook: str | os.PathLike | object | None = None) -> None:
     if not url and importlib.util.find_spec("grader") is None:
         print(NO_CHECKER)
         return None
-    print(f"Checking the saved {path.name} (about 15 s; unsaved changes are not seen)...", flush=True)
+    print(f"Checking the saved {path.name} (about 10 s; unsaved changes are not seen)...", flush=True)
     if url:
         _check_on_service(url, path)
     else:
