@@ -193,3 +193,41 @@ def test_each_notebook_offers_the_check_of_its_first_exercise(assignment):
     text = nbformat.read(path, as_version=4).cells[-2].source
     [name] = re.findall(r'check_my_work\("(\w+)"\)', text)
     assert kernelcheck.exercise_of(name) == next(iter(course.sections(assignment)))
+
+
+@pytest.mark.kernel
+def test_in_a_real_kernel_the_learner_s_own_cells_are_judged(tmp_path):
+    """A Jupyter kernel of this environment: the cells a learner ran define dot_product and
+    cosine_similarity (the latter calling the former); check_my_work("cosine_similarity")
+    judges what IPython's namespace holds now, and a redefinition is judged at once."""
+    from jupyter_client.manager import start_new_kernel
+
+    from grader.release import use_this_environment
+
+    use_this_environment()
+    env = {k: v for k, v in os.environ.items() if k not in ("NBGRADER_EXECUTION", "COURSE_CHECK_URL")}
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "data")
+    km, client = start_new_kernel(kernel_name="python3", env=env, cwd=str(course.ROOT))
+    try:
+        def run(code: str) -> str:
+            reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: said.append(m))
+            assert reply["content"]["status"] == "ok", said
+            return "".join(m["content"].get("text", "") for m in said if m["msg_type"] == "stream")
+
+        said = []
+        run("import numpy as np\n"
+            "def dot_product(a, b):\n    return np.sum(np.asarray(a) * np.asarray(b), axis=-1)\n"
+            "def cosine_similarity(a, b, eps=1e-8):\n"
+            "    return dot_product(a, b) / np.maximum(np.sqrt(dot_product(a, a) * dot_product(b, b)), eps)")
+        said = []
+        out = run('from coursekit.check import check_my_work\ncheck_my_work("cosine_similarity")')
+        assert out.splitlines()[1] == "  PASS  similarity-cosine_similarity  2/2", out
+        said = []
+        run("def cosine_similarity(a, b, eps=1e-8):\n    return dot_product(a, b)")  # forgot to divide by the lengths
+        said = []
+        out = run('check_my_work("cosine_similarity")')
+        assert out.splitlines()[1] == "  FAIL  similarity-cosine_similarity  0/2", out
+        assert "what went wrong: " in out and "hint: " in out
+    finally:
+        client.stop_channels()
+        km.shutdown_kernel(now=True)
