@@ -9,10 +9,10 @@ self-learner's own install:
   notebook is sent there with this server's JupyterHub token; the service, which runs
   as the instructor's account, grades it (``grader.checkservice``);
 - in a full install of the course (the ``grader`` package with its grading pipeline,
-  ``grader.selfcheck``, is importable), by ``course-grader check`` in a separate process;
+  ``grader.unit``, is importable), by ``course-grader check`` in a separate process;
 - in the self-learner's package (``attention_course``, selfstudy/: the hidden checks
   without the instructor's grading stack), by ``attention_course.check``, which judges the
-  functions this kernel defines;
+  functions this kernel defines, every exercise as the check of one exercise does;
 - otherwise it says, in one line, the command that installs a checker.
 
 Which notebook: the path given; else the one VS Code names (``__vsc_ipynb_file__``); else
@@ -24,11 +24,10 @@ none tells, one line asks for the path.
 
 One exercise in seconds: ``check_my_work("masked_softmax")`` (a function's or class's
 name, or the object itself) judges what this kernel defines now, with the same hidden
-checks and the same lines, without saving or re-running anything (``grader.kernelcheck``
-in a full install; ``attention_course.check`` in the self-learner's package, whose checks
-have no solutions/ to read the points from). Only a self-learner's install has the checks
-for that; in a class (a hub's check service, or the student package without the grader)
-it says so in one line and the whole-notebook check stays the one that counts.
+checks and the same lines, without saving or re-running anything
+(``grader.kernelcheck``). Only a self-learner's install has the checks for that; in a
+class (a hub's check service, or the student package without the grader) it says so in
+one line and the whole-notebook check stays the one that counts.
 
 While nbgrader runs the notebook (autograding, the Validate button:
 ``NBGRADER_EXECUTION`` is set) it prints one line and does nothing else.
@@ -243,7 +242,7 @@ def _checker() -> str | None:
     "self" (the self-learner's package) or None."""
     if os.environ.get("COURSE_CHECK_URL", ""):
         return "service"
-    if _importable("grader") and _importable("grader.selfcheck"):
+    if _importable("grader") and _importable("grader.unit"):  # the self-learner's package has no grader.unit
         return "full"
     return "self" if _importable("attention_course") else None
 
@@ -271,28 +270,18 @@ def _one_exercise(what: object) -> str | None:
 
 
 def _check_one(name: str, given: object) -> None:
-    """One exercise, judged in this kernel, printed as its lines: by ``grader.kernelcheck`` in
-    a full install, by ``attention_course.check`` in the self-learner's package."""
+    """One exercise, judged in this kernel (``grader.kernelcheck``), printed as its lines."""
     checker = _checker()
     if checker in ("service", None):
         print(ONE_EXERCISE_IN_CLASS if checker == "service" else NO_CHECKER)
         return
+    # A self-learner's install: the checks run here, on what this kernel holds.
+    from grader.kernelcheck import CannotCheck, check_in_kernel
+
     shell = _shell()
     namespace = dict(shell.user_ns if shell is not None else vars(sys.modules["__main__"]))
     if not isinstance(given, str):
         namespace[name] = given  # the object passed is the one judged
-    if checker == "self":  # the checks without solutions/: the package's own notebooks say the points
-        try:
-            print(importlib.import_module("attention_course.check").check_one(name, namespace))
-        except LookupError as error:
-            print(f"check my work: {error.args[0]}")
-        except OSError as error:  # the user's data folder, where the check's secret lives
-            print(f"check my work: cannot keep the check's secret ({error}): set JUPYTER_DATA_DIR to a folder "
-                  "of your own")
-        return
-    # A self-learner's full install: the checks run here, on what this kernel holds.
-    from grader.kernelcheck import CannotCheck, check_in_kernel
-
     try:
         print(check_in_kernel(name, namespace).text())
     except CannotCheck as error:

@@ -13,5 +13,6 @@
 - ``grader.cli``: the ``course-grader`` command behind ``make release`` and ``make grade``.
 
 The self-learner's package (selfstudy/, ``make selfstudy-wheel``) holds ``grader.checks`` and
-``grader.wire`` of these, and none of the grading stack.
+what check my work in a kernel imports (``grader.kernelcheck`` and its modules; see
+hub/environments.py, ``SELFSTUDY_GRADER``), and none of the grading stack.
 """

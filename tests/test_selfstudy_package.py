@@ -58,7 +58,9 @@ def test_the_two_wheels_differ_by_the_checks_the_notebooks_and_the_command_only(
     student, selfstudy = map(_files, wheels)
     assert wheels[1].name == "attention_from_scratch_course-0.1.0-py3-none-any.whl" == SELF_LEARNER_WHEEL, \
         "the wheel that check my work's one line tells a learner to install"
-    checks = _tree("grader/checks", "*.py") | {"grader/__init__.py", "grader/wire.py"}
+    # the hidden checks and their references, and what check my work in a kernel imports of the grader
+    checks = _tree("grader/checks", "*.py") | {f"grader/{name}.py" for name in (
+        "__init__", "wire", "kernelcheck", "seeds", "selfcheck", "tutortext", "course", "names")}
     notebooks = {f"attention_course/{n}" for n in _tree("notebooks", "*.ipynb")}
     command = {"attention_course/__init__.py", "attention_course/cli.py", "attention_course/check.py"}
     assert len(notebooks) == len(course.assignments()) and "grader/checks/reference/softmax.py" in checks
