@@ -34,3 +34,6 @@ class LearnerContentsManager(AsyncLargeFileManager):
 
 c = get_config()  # noqa: F821 (traitlets gives config files get_config)
 c.ServerApp.contents_manager_class = LearnerContentsManager
+# the README's pip line run as root (a container, a hosted notebook's terminal) starts as
+# `make lab` does there; as any other user this changes nothing
+c.ServerApp.allow_root = True
