@@ -213,7 +213,7 @@ APPLY_ROPE = Spec(
                            "(a cos - b sin, a sin + b cos), RoFormer's eq. 15"),)),
         Knob("pairing", (
             ("interleaved", "it always pairs features (2i, 2i + 1); with pairing='halves' pair i is features i and "
-                            "i + d_k/2 (rotate_half of GPT-NeoX and Llama)"),
+                            "i + d_k/2 (rotate_half of GPT-NeoX and Hugging Face transformers)"),
             ("halves", "it always pairs features (i, i + d_k/2); with pairing='interleaved' (the default, RoFormer's "
                        "eq. 15) pair i is features 2i and 2i + 1"),
             ("swapped", "the pairings are swapped: 'interleaved' pairs features (2i, 2i + 1), 'halves' pairs "

@@ -3,7 +3,7 @@
 Feature pairs are rotated by an angle that grows with the position: pair i of the vector at
 position m turns by m * theta_i, theta_i = base^(-2i/d). Two layouts of the pairs are in use:
 ``"interleaved"`` pairs features (2i, 2i + 1), as the RoFormer paper writes it (eq. 15);
-``"halves"`` pairs (i, i + d/2), as GPT-NeoX and Llama implement it (``rotate_half``). The
+``"halves"`` pairs (i, i + d/2), as GPT-NeoX and transformers implement it (``rotate_half``). The
 functions take numpy arrays or torch tensors and compute in float64; ``apply_rope`` returns
 a tensor of x's dtype, so that the attention module can call it on its float32 heads.
 """

@@ -13,7 +13,7 @@ The rules the notebook states, written once for the grader (plain Python, no num
   becomes its UTF-8 bytes (byte fallback) or ``<unk>``; decode is its exact inverse.
 
 Source: Sennrich, Haddow and Birch (2016), "Neural Machine Translation of Rare Words with
-Subword Units", Algorithm 1; byte fallback as in SentencePiece (Kudo and Richardson, 2018).
+Subword Units", Algorithm 1; byte fallback as in SentencePiece (its byte_fallback option, later than Kudo and Richardson, 2018).
 """
 from __future__ import annotations
 
