@@ -41,6 +41,8 @@ def _interpreter(minor: str) -> str | None:
     candidates = [shutil.which(f"python{minor}"), f"/usr/bin/python{minor}",
                   *sorted(glob.glob(f"{pyenv}/versions/{minor}.*/bin/python{minor}"), reverse=True)]
     for candidate in filter(None, candidates):
+        if not os.access(candidate, os.X_OK):
+            continue
         done = subprocess.run([candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                               capture_output=True, text=True)
         if done.returncode == 0 and done.stdout.strip() == minor:
