@@ -9,7 +9,7 @@ Grammar (English side)
     REL    -> "that" V_rel NP_inner                   subject gap: "the cat that chased the dog"
             | "that" NP_inner V_rel                   object gap:  "the cat that the dog chased"
     NP_inner -> "the" [ADJ] N                         (no nested relative clauses)
-    VP_main  -> past "ate" | present "eats" | future "will eat"
+    VP_main  -> past "ate" | present "eats" | future "will eat"   (the tense labels are English's)
               | negated, long form : "did not eat" | "does not eat" | "will not eat"
               | negated, short form: "didn't eat"  | "doesn't eat"  | "won't eat"
     V_rel  -> "ate" | "eats" | "will eat"             (tense only, never negated)
@@ -26,8 +26,11 @@ Translation rules (Korean side, morpheme tokens; particles are separate tokens)
     - subject inside a relative clause and subject of an existential: 이/가
       (a topic marker is not allowed inside a relative clause)
     - every object (main or inside a relative clause): 을/를
-* Tense endings (finite): past 먹었다, present 먹는다, future 먹을 것이다.
-  Relative (관형형) forms: past 먹은, present 먹는, future 먹을.
+* Finite endings: past 먹었다, present 먹는다, and for English "will" 먹을 것이다. The
+  last is not a future tense: -(으)ㄹ 것이다 (the adnominal ending -(으)ㄹ, the bound noun
+  것 and the copula 이다) expresses conjecture or prediction ("will", "is likely to").
+  Relative (관형형) forms: past 먹은, present 먹는, and 먹을 (-(으)ㄹ, prospective: "the
+  cat that will eat").
 * Negation: the English long form ("did not") -> long Korean negation -지 않다
   (먹지 않았다 / 먹지 않는다 / 먹지 않을 것이다); the English contraction ("didn't")
   -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).
@@ -64,8 +67,9 @@ ADJS = {
     "big": "큰", "small": "작은", "red": "빨간", "white": "하얀", "black": "검은",
     "pretty": "예쁜", "young": "어린", "hungry": "배고픈",
 }
-# verb: English (base, 3sg present, past), Korean finite (past, present, future stem),
-# relative (past, present, future), -지 stem.  Future finite = future stem + "것이다".
+# verb: English (base, 3sg present, past), Korean finite (past, present, -(으)ㄹ form),
+# relative (past, present, -(으)ㄹ), -지 stem.  For English "will": the -(으)ㄹ form + "것이다"
+# (conjecture or prediction, not a tense); "future" in the code names the English tense.
 VERBS = {
     "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       "먹지"),
     "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           "보지"),
@@ -77,7 +81,7 @@ VERBS = {
     "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     "만들지"),
 }
 TENSES = ("past", "present", "future")
-NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}  # + 것이다 for future
+NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}  # + 것이다 for English "will"
 EXIST_KO = {False: ("있었다", "있다", "있을"), True: ("없었다", "없다", "없을")}
 PARTICLES = {"topic": ("은", "는"), "subj": ("이", "가"), "obj": ("을", "를")}
 
