@@ -18,6 +18,13 @@ checks itself); else ``JPY_SESSION_NAME``; else (nbconvert, papermill: no server
 one notebook in the working folder whose code holds everything this kernel ran. When
 none tells, one line asks for the path.
 
+One exercise in seconds: ``check_my_work("masked_softmax")`` (a function's or class's
+name, or the object itself) judges what this kernel defines now, with the same hidden
+checks and the same lines, without saving or re-running anything
+(``grader.kernelcheck``). Only a self-learner's install has the checks for that; in a
+class (a hub's check service, or the student package without the grader) it says so in
+one line and the whole-notebook check stays the one that counts.
+
 While nbgrader runs the notebook (autograding, the Validate button:
 ``NBGRADER_EXECUTION`` is set) it prints one line and does nothing else.
 """
@@ -37,6 +44,8 @@ ASK = ('check my work: cannot tell which notebook this is: save it (Ctrl-S) and 
        'check_my_work("path/to/your.ipynb")')
 NO_CHECKER = ("check my work: this install has no checker: ask your instructor, or install the full course "
               "(its grader) to check your work on your own machine")
+ONE_EXERCISE_IN_CLASS = ("check my work: checking one exercise in this kernel needs a self-learner's install of "
+                         "the course; here, save (Ctrl-S) and run check_my_work() to check the whole notebook")
 _SERVER_TIMEOUT = 3  # seconds per Jupyter server asked about its sessions: a dead one must not hang the cell
 _CHECK_TIMEOUT = 600
 
@@ -213,12 +222,46 @@ def _check_here(path: Path) -> None:
         print(lines[-1] if lines else f"check my work: the checker stopped (exit code {done.returncode})")
 
 
-def check_my_work(notebook: str | os.PathLike | None = None) -> None:
-    """Grade the saved notebook with the hidden checks and print the tutor's comments.
+def _one_exercise(what: object) -> str | None:
+    """The exercise's name when ``what`` asks for one exercise (a function or class, or a
+    name that is not a path to a notebook), else None."""
+    if isinstance(what, str):
+        return what if what.isidentifier() or re.fullmatch(r"[a-z_]+-\w+", what) else None
+    if isinstance(what, os.PathLike) or what is None:
+        return None
+    return getattr(what, "__name__", None) if callable(what) else None
+
+
+def _check_one(name: str, given: object) -> None:
+    """One exercise, judged in this kernel (``grader.kernelcheck``), printed as its lines."""
+    if os.environ.get("COURSE_CHECK_URL", "") or importlib.util.find_spec("grader") is None:
+        print(ONE_EXERCISE_IN_CLASS if os.environ.get("COURSE_CHECK_URL", "") else NO_CHECKER)
+        return
+    # A self-learner's install: the checks run here, on what this kernel holds.
+    from grader.kernelcheck import CannotCheck, check_in_kernel
+
+    shell = _shell()
+    namespace = dict(shell.user_ns if shell is not None else vars(sys.modules["__main__"]))
+    if not isinstance(given, str):
+        namespace[name] = given  # the object passed is the one judged
+    try:
+        print(check_in_kernel(name, namespace).text())
+    except CannotCheck as error:
+        print(f"check my work: {error}")
+    except OSError as error:  # the user's data folder, where the check's secret lives
+        print(f"check my work: cannot keep the check's secret ({error}): set JUPYTER_DATA_DIR to a folder "
+              "of your own")
+
+
+def check_my_work(notebook: str | os.PathLike | object | None = None) -> None:
+    """Grade the saved notebook with the hidden checks and print the tutor's comments; or,
+    given one exercise's function or class (or its name), judge that one as this kernel
+    defines it, in seconds.
 
     Args:
         notebook: the notebook's path, for when this kernel cannot tell which notebook
-            it runs (it then says so and asks for it); given, it wins.
+            it runs (it then says so and asks for it); given, it wins. Or a function or
+            class of an exercise, or its name (``"masked_softmax"``): that exercise alone.
 
     Returns:
         None, so that Jupyter shows nothing after the printed comments. Never raises:
@@ -226,6 +269,14 @@ def check_my_work(notebook: str | os.PathLike | None = None) -> None:
     """
     if os.environ.get("NBGRADER_EXECUTION"):
         print("check my work: skipped while this notebook is graded or validated")
+        return None
+    one = _one_exercise(notebook)
+    if one is not None:
+        _check_one(one, notebook)
+        return None
+    if notebook is not None and not isinstance(notebook, (str, os.PathLike)):
+        print("check my work: pass the notebook's path, or one exercise's function or class (or its name), "
+              'e.g. check_my_work("masked_softmax")')
         return None
     path = find_notebook(notebook)
     if path is None:
@@ -239,7 +290,7 @@ def check_my_work(notebook: str | os.PathLike | None = None) -> None:
     if not url and importlib.util.find_spec("grader") is None:
         print(NO_CHECKER)
         return None
-    print(f"Checking the saved {path.name} (about 15 s; unsaved changes are not seen)...", flush=True)
+    print(f"Checking the saved {path.name} (about 10 s; unsaved changes are not seen)...", flush=True)
     if url:
         _check_on_service(url, path)
     else:

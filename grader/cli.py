@@ -172,7 +172,7 @@ def _check(notebook: Path) -> int:
 
     try:
         if notebook.suffix == ".ipynb" and notebook.is_file():
-            print(f"checking {shown(notebook.name)} with the hidden checks (about 15 s)...", file=sys.stderr,
+            print(f"checking {shown(notebook.name)} with the hidden checks (about 10 s)...", file=sys.stderr,
                   flush=True)
         checked = check_notebook(notebook)
     except CannotCheck as error:

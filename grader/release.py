@@ -182,6 +182,16 @@ CHECK_MARKDOWN = ("## Check my work\n\n"
                   "(The same from a terminal: `make check NOTEBOOK=path/to/this.ipynb`.)")
 
 
+def one_exercise_markdown(function: str) -> str:
+    """The paragraph under CHECK_MARKDOWN on checking one exercise in the kernel
+    (``check_my_work("name")``, grader.kernelcheck), with the notebook's first function."""
+    return ("**One exercise, in seconds.** In a self-learner's install of the course (one that has its hidden "
+            f'checks), a cell with `from coursekit.check import check_my_work; check_my_work("{function}")` checks '
+            f"`{function}` (or any other exercise, by its function's or class's name) as your kernel defines it "
+            "now: the same hidden checks and the same lines for it, without saving or re-running the notebook. "
+            "In a class it says in one line that the cell below is the check.")
+
+
 def check_cell_source() -> str:
     """The code of the check-my-work cell that ends every student notebook. It names no
     notebook: the cell finds the one it runs in, so a renamed copy checks itself."""
@@ -198,7 +208,11 @@ class AddCheckCells(NbGraderPreprocessor):
     """
 
     def preprocess(self, nb, resources):
-        nb.cells += [nbformat.v4.new_markdown_cell(CHECK_MARKDOWN, id="check-my-work-markdown"),
+        first = next((c.metadata.nbgrader["grade_id"].split("-", 1)[1] for c in nb.cells
+                      if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+                      and "-" in c.metadata.nbgrader.get("grade_id", "")), None)
+        text = CHECK_MARKDOWN + (f"\n\n{one_exercise_markdown(first)}" if first else "")
+        nb.cells += [nbformat.v4.new_markdown_cell(text, id="check-my-work-markdown"),
                      nbformat.v4.new_code_cell(check_cell_source(), id="check-my-work-code")]
         return nb, resources
 

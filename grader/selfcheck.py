@@ -27,8 +27,7 @@ from jupyter_core.paths import jupyter_data_dir
 
 from coursekit.naming import naming_note, notebook_files
 
-from . import course, sandbox, tutor
-from .unit import Settings, course_version, grade_submission
+from . import course, tutortext
 
 DATA_FOLDER = "attention-from-scratch"
 STUDENT = "self"
@@ -83,7 +82,7 @@ class Checked:
     status: str  # grade_submission's status: "graded..." or "not graded: ..."
     score: float
     max_score: float
-    comments: list[tutor.Comment]
+    comments: list[tutortext.Comment]
     naming: str | None = None  # coursekit.naming.naming_note: the file is not named as released
 
     @property
@@ -97,7 +96,7 @@ class Checked:
             return f"{path.name}: {self.status}\n{naming}".rstrip("\n")
         head = f"Checked {path.name} ({self.assignment_id}) with the hidden checks:\n{naming}{OTHER_INPUTS}\n"
         note = "" if self.status == "graded" else f"({self.status.removeprefix('graded: ')})\n"
-        return head + note + "\n" + tutor.as_text(self.comments, self.score, self.max_score)
+        return head + note + "\n" + tutortext.as_text(self.comments, self.score, self.max_score)
 
 
 def assignment_of(path: Path) -> str:
@@ -134,6 +133,9 @@ def check_notebook(path: Path, student: str = STUDENT) -> Checked:
         CannotCheck: ``path`` is missing, not a .ipynb file, or not of this course.
         OSError: the user's data folder, where the secret lives, cannot be written.
     """
+    from . import sandbox  # (the grading stack, nbgrader's, imported only by a whole-notebook check)
+    from .unit import Settings, course_version, grade_submission
+
     path = Path(path)
     if path.suffix != ".ipynb" or not path.is_file():
         raise CannotCheck(f"no notebook at {path}: pass the .ipynb file you saved (File > Save, Ctrl-S)")
@@ -150,7 +152,7 @@ def check_notebook(path: Path, student: str = STUDENT) -> Checked:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = grade_submission(folder, student, assignment_id, Settings(secret, course_version=course_version()))
-    found = tutor.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
+    found = tutortext.comments(assignment_id, result["points"], result["max_points"], result["diagnoses"])
     return Checked(assignment_id, result["status"], sum(result["points"].values()),
                    sum(result["max_points"].values()), found,
                    naming_note(path.name, names, notebook_files(path.parent)))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import hmac
 import json
 import os
 from pathlib import Path
@@ -37,6 +36,7 @@ from coursekit.protocol import MIME
 from . import course
 from . import checks
 from .feedback import diagnose, is_test_cell
+from .seeds import seed_for
 from .wire import Unreadable, decode_payload
 
 VERDICT_KEY = "attention_course"  # cell metadata: {"exercise", "passed", "diagnosis"}
@@ -78,11 +78,6 @@ def submission_digest(nb: NotebookNode, folder: str | None) -> str:
                     for block in iter(lambda: f.read(1 << 20), b""):
                         h.update(block)
     return h.hexdigest()
-
-
-def seed_for(secret: bytes, student: str, assignment: str, exercise: str, digest: str) -> int:
-    message = "\0".join([student, assignment, exercise, digest]).encode()
-    return int.from_bytes(hmac.new(secret, message, hashlib.sha256).digest()[:8], "little")
 
 
 def _hidden_calls(source: str) -> list[tuple[int, str, str]]:

@@ -25,7 +25,11 @@ by the steps of grading that decide the points:
    ``coursekit.probe.collect`` and ``grader.wire.decode_payload``; a test cell that
    raises before its check line hands back nothing;
 5. ``grader.checks.verdict`` and ``with_upstream`` judge them; a right answer earns the
-   test cell's points.
+   test cell's points;
+6. then, on the namespace the whole notebook left, the check of one exercise in the
+   learner's kernel (``grader.kernelcheck.verdicts``, what ``check_my_work("name")`` runs)
+   judges every exercise with the same seeds: ``Judged.fast``, which tests/test_fast_check.py
+   holds to the verdicts of step 5.
 
 The read-only cells that open a notebook (set-up, data: up to its first cell a learner
 writes) are the same for every submission, so they run once per assignment
@@ -55,7 +59,7 @@ import numpy as np
 from nbgrader.preprocessors import OverwriteCells
 
 import grader.checks
-from grader import course
+from grader import course, kernelcheck
 from grader.feedback import is_test_cell
 from grader.stage import BadSubmission, stage
 from grader.verify import seed_for, submission_digest
@@ -75,6 +79,10 @@ class Judged:
     points: dict[str, float] = field(default_factory=dict)
     max_points: dict[str, float] = field(default_factory=dict)
     diagnoses: dict[str, str] = field(default_factory=dict)
+    # the fast check's verdict per exercise (None: passed), or for an exercise whose function
+    # the namespace does not define, what the fast check says instead (grader.kernelcheck)
+    fast: dict[str, str | None] = field(default_factory=dict)
+    undefined: dict[str, str] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -232,7 +240,14 @@ class Judge:
             for cell in cells:
                 if not self._run(cell, namespace):
                     timed_out.append(course.exercise_id(_grade_id(cell)) if _grade_id(cell) else "a cell")
-        return self._verdicts(nb, answers, note, timed_out)
+            judged = self._verdicts(nb, answers, note, timed_out)
+            for exercise in judged.max_points:  # what check_my_work("name") says at the notebook's end
+                try:
+                    judged.fast[exercise] = kernelcheck.verdicts(
+                        namespace, exercise, lambda e: seed_for(SECRET, student_id, assignment_id, e, digest))[exercise]
+                except kernelcheck.CannotCheck as error:
+                    judged.undefined[exercise] = str(error)
+        return judged
 
     def _source_cells(self, assignment_id: str) -> list:
         [notebook] = course.notebook_names(assignment_id)

@@ -140,7 +140,7 @@ def test_a_notebook_renamed_in_the_server_checks_itself_under_its_new_name(tmp_p
         server.wait(timeout=30)
     assert reply["content"]["status"] == "ok", reply
     printed = "".join(m["content"].get("text", "") for m in outputs if m["msg_type"] == "stream")
-    assert printed.splitlines() == ["Checking the saved 01_similarity (my copy).ipynb (about 15 s; unsaved "
+    assert printed.splitlines() == ["Checking the saved 01_similarity (my copy).ipynb (about 10 s; unsaved "
                                     "changes are not seen)...", "FAKE CHECKED 01_similarity (my copy).ipynb"]
     assert not [m for m in outputs if m["msg_type"] in ("execute_result", "error")], outputs  # no stray `1`
     [sent] = service.received

@@ -35,6 +35,11 @@ ALLOWED = re.compile(r"coursekit/[a-z_0-9]+\.py|coursekit/drivers/[a-z_0-9]+\.py
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "grader/checks",
            ".grader_secret")
 IMPORTS_GRADER = re.compile(r"^\s*(from\s+grader\b|import\s+grader\b)|import_module\([\"']grader", re.M)
+# The one import of the grader the package holds: check_my_work("name") checks one exercise
+# in the kernel where the grader is installed beside coursekit (a self-learner's install);
+# coursekit/check.py asks importlib first, and the class's student venv, without the grader,
+# gets one line instead (test_fast_check.py).
+SELF_LEARNER_IMPORT = ("coursekit/check.py", "from grader.kernelcheck import CannotCheck, check_in_kernel")
 DISTINCTIVE = 30  # shorter solution lines (d_k = d_model // heads) are common code, not a reference
 CONSTRUCTION = re.compile(r"self\.(\w+) = (nn\.\w+\(.*\))")
 
@@ -125,7 +130,8 @@ def leaks(files: dict[str, str]) -> list[str]:
     lines, names = solution_lines(), check_names()
     for name, text in files.items():
         found += [f"{name}: marker {m!r}" for m in MARKERS if m in text]
-        found += [f"{name}: imports grader" for _ in IMPORTS_GRADER.finditer(text)]
+        found += [f"{name}: imports grader" for m in IMPORTS_GRADER.finditer(text)
+                  if (name, text[text.rfind("\n", 0, m.end()) + 1:].split("\n", 1)[0].strip()) != SELF_LEARNER_IMPORT]
         found += [f"{name}: solution line {line!r}" for line in sorted(lines) if line in text]
         defined = set(re.findall(r"^\s*(?:def|class)\s+(\w+)", text, re.M))
         found += [f"{name}: defines {n} of grader.checks" for n in sorted(defined & names)]
