@@ -1,8 +1,19 @@
-# Two commands on a fresh machine: `make demo` and `make test` (see README.md).
-PYTHON ?= python3.11
+# A learner: `make lab`. The course's two commands on a fresh machine: `make demo` and
+# `make test` (see README.md).
+# PYTHON: the first of python3.11, python3.12 and python3.13 that runs (a pyenv shim of a
+# version that is not active is found but does not run); `make lab PYTHON=...` picks another.
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3.11 python3.12 python3.13; do $$p -c '' >/dev/null 2>&1 && { echo $$p; break; }; done)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps, each built once, on one venv: the learner's install (the base of
+# pyproject.toml, make lab) and the instructor's and tests' on top of it (the extras
+# instructor and test: every other target). Both take the grading environment's exact pins
+# (constraints.txt); a change of either file upgrades the venv, never rebuilds it.
+LEARNER_STAMP := $(VENV)/.learner
 STAMP := $(VENV)/.installed
+PIP_INSTALL = $(BIN)/pip install --quiet -c constraints.txt
 # make grade grades the nbgrader course directory COURSE (default: the one nbgrader_config.py
 # names, this folder): its submitted/ as `nbgrader collect` leaves it. STUDENT=id and
 # ASSIGNMENT=id (each a space-separated list) grade only those; DUEDATE="ID=DATE ..." sets
@@ -35,11 +46,16 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 
 .PHONY: demo test test-fast bench tamper-report lab release grade screenshots figures clean wheel student-env
 
-# The venv is rebuilt when the pins change. torch==2.13.0 is the CPU build.
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# torch==2.13.0 is the CPU build where pip finds it (this machine's wheel folder).
+$(LEARNER_STAMP): pyproject.toml constraints.txt
+	@test -n "$(PYTHON)" || { echo "make: no python3.11, python3.12 or python3.13 found: install one (Debian: apt-get install python3.11 python3.11-venv; or python.org), or name it: make PYTHON=/path/to/python3.12" >&2; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
+	touch $(LEARNER_STAMP)
+
+$(STAMP): $(LEARNER_STAMP) pyproject.toml constraints.txt
+	$(PIP_INSTALL) -e ".[instructor,test]"
 	touch $(STAMP)
 
 # configurable-http-proxy, the proxy JupyterHub starts, from the npm registry (hub/package-lock.json).
@@ -143,7 +159,7 @@ grade: $(STAMP)
 
 # Check my work: grade one saved notebook with the hidden checks, offline.
 .PHONY: check report
-check: $(STAMP)
+check: $(LEARNER_STAMP)
 	@test -n "$(NOTEBOOK)" || { echo "make check: say which notebook, e.g. make check NOTEBOOK=notebooks/01_similarity/01_similarity.ipynb" >&2; exit 2; }
 	$(BIN)/course-grader check "$(NOTEBOOK)"
 
@@ -152,8 +168,11 @@ check: $(STAMP)
 report: $(STAMP)
 	$(BIN)/course-grader report $(if $(COURSE),--course '$(COURSE)') $(if $(ROSTER),--roster '$(ROSTER)')
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks
+# The learner's JupyterLab on notebooks/, with the learner's configuration (lab/: nbgrader's
+# instructor screens off, Validate on); as root (a container, a hosted notebook) it starts too.
+LAB_ARGS = --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+lab: $(LEARNER_STAMP)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" $(BIN)/jupyter lab $(LAB_ARGS)
 
 # docs/screenshots/: each notebook in JupyterLab and its first figure, taken in Debian's
 # chromium (apt-get install chromium) by the code of the browser test (tests/lab.py).

@@ -18,7 +18,9 @@ import numpy as np
 # (MKL_CBWR, Intel's conditional numerical reproducibility). torch reads both at its first
 # operation, so the notebooks import coursekit before they compute anything;
 # coursekit.training.train warns when that came too late.
-# ARITHMETIC is that environment (empty elsewhere); the grader gives it to every kernel it starts.
+# ARITHMETIC is that environment (empty elsewhere: an ARM processor has no AVX2, and its
+# numbers may differ slightly from the prose's, as coursekit.training.arithmetic_note says);
+# the grader gives it to every kernel it starts.
 ARITHMETIC = ({"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
               if platform.machine().lower() in ("x86_64", "amd64") else {})
 for _name, _value in ARITHMETIC.items():

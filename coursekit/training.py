@@ -9,7 +9,8 @@ Nothing here is an exercise: it is the plumbing around the learner's model.
   time left is the only thing the clock decides. Returns a ``History`` (losses, learning
   rates, seconds). The same seeds and steps give the same model whatever the machine's
   load or number of cores, on every x86-64 processor with AVX2 (``import coursekit`` pins
-  torch's kernels and MKL to AVX2; ``arithmetic_note()`` says when that did not take).
+  torch's kernels and MKL to AVX2) and torch 2.13.0 (``REFERENCE``); ``arithmetic_note()``
+  says when that did not take, and why an ARM processor or another torch may differ slightly.
 * ``exact_match(pred, ref, eos_id)`` and ``evaluate(decode_fn, src, ref, eos_id)``:
   whole-sentence accuracy of greedy translations.
 * ``init_weights(model)``, ``count_parameters(model)`` and ``recorded_attention(attention)``:
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import platform
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ import torch
 
 from . import ARITHMETIC
 
-__all__ = ["THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading",
+__all__ = ["REFERENCE", "THREADS", "History", "arithmetic_note", "count_parameters", "evaluate", "exact_match", "grading",
            "init_weights", "recorded_attention", "torch_threads", "train"]
 
 # Training and evaluation run on one torch thread. The count can be part of the numerics: where
@@ -46,29 +48,54 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
+# Where the numbers the notebooks' prose quotes come from: the grading environment's pins
+# (constraints.txt and environment.yml; tests/test_environment.py keeps them the same).
+REFERENCE = {"processor": "x86-64 with AVX2", "torch": "2.13.0", "python": "3.11"}
+
+
+def _reference() -> str:
+    return (f"the text's numbers come from {REFERENCE['processor']}, torch {REFERENCE['torch']} and "
+            f"Python {REFERENCE['python']} (the course's pins)")
+
+
 def arithmetic_note() -> str | None:
     """Why this kernel's numbers may differ from the notebook's prose, in one line, or None.
 
+    The prose's numbers come from ``REFERENCE``: x86-64 with AVX2, torch 2.13.0, Python 3.11.
     On x86-64, ``import coursekit`` pins torch's kernels to AVX2 (``ATEN_CPU_CAPABILITY``),
     which torch reads at its first operation: a kernel that computed with torch before it
     imported coursekit keeps the processor's own choice, and a processor without AVX2 has
-    none to give.
+    none to give. Another processor family (ARM: a recent Mac, a Raspberry Pi) has other
+    vector units, and another torch release other kernels: both add a sum's terms in another
+    order, so the model trains the same way but its last digits, and so some numbers the
+    text quotes, may differ slightly. None when nothing differs.
     """
+    version = str(torch.__version__).split("+")[0]
+    other_torch = (f"torch {version}, not {REFERENCE['torch']}, whose kernels may add a sum's terms in another order"
+                   if version != REFERENCE["torch"] else None)
     if not ARITHMETIC:
-        return None
+        machine = platform.machine() or "unknown"
+        why = f"this {machine} processor is not x86-64: its vector units add a sum's terms in another order"
+        return (f"{_reference()}; {why}{'; and ' + other_torch if other_torch else ''}: the model trains "
+                "the same way, but its last digits, and so some numbers below, may differ slightly")
     used = torch.backends.cpu.get_cpu_capability()
-    if used == "AVX2":
-        return None
     pinned = ARITHMETIC["ATEN_CPU_CAPABILITY"]
     asked = os.environ.get("ATEN_CPU_CAPABILITY", pinned)
-    if asked.lower() != pinned:
+    if used != "AVX2" and asked.lower() != pinned:
         return (f"ATEN_CPU_CAPABILITY={asked} is set, so torch computes with {used}, not the course's AVX2: "
                 "unset it and restart the kernel to get the numbers the text quotes")
+    if used not in ("AVX2", "DEFAULT"):
+        return (f"torch computes with {used}, not the course's AVX2, because it ran before coursekit was "
+                "imported: restart the kernel and run the cells from the top to get the numbers the text quotes")
     if used == "DEFAULT":
-        return ("this processor has no AVX2: the model trains the same way, but its last digits, and "
-                "so some numbers below, may differ from those the text quotes")
-    return (f"torch computes with {used}, not the course's AVX2, because it ran before coursekit was "
-            "imported: restart the kernel and run the cells from the top to get the numbers the text quotes")
+        return (f"{_reference()}; this processor has no AVX2{'; and ' + other_torch if other_torch else ''}: "
+                "the model trains the same way, but its last digits, and so some numbers below, may differ "
+                "slightly from those the text quotes")
+    if other_torch:
+        return (f"{_reference()}; this kernel has {other_torch}: the model trains the same way, but its last "
+                f"digits, and so some numbers below, may differ slightly (`pip install torch=={REFERENCE['torch']}` "
+                "gives the text's numbers)")
+    return None
 
 
 @contextlib.contextmanager

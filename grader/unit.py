@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -89,6 +90,10 @@ def _scratch_dir() -> str:
     global _scratch, _own_scratch
     if _scratch is None:
         try:
+            # a Dask worker has imported distributed; check my work (a learner's install has
+            # no Dask: it is the instructor's extra) never imports it
+            if "distributed" not in sys.modules:
+                raise ValueError("not in a Dask worker")
             from distributed import get_worker
 
             _scratch = tempfile.mkdtemp(prefix="grader-", dir=get_worker().local_directory)

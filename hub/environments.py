@@ -14,7 +14,7 @@ venv's interpreter under /root cannot be), and are world-readable inside (the in
 sits in the checkout, which the course hub closes to every account but the instructor's:
 hub/launch.py's ``closed_checkout``). Each is cached as
 ``<name>-<key>``, keyed by what goes into it (the wheel's bytes, the extras and the
-interpreter; this checkout's path and pyproject.toml), so that torch is installed once;
+interpreter; this checkout's path, pyproject.toml and constraints.txt), so that torch is installed once;
 two processes asking for the same venv take turns on a lock file and the second reuses
 the first's. The student venv depends on nothing of the checkout but the wheel, so it is
 kept once per machine, outside any clone (``STUDENT_ENVS``: $ATTENTION_COURSE_ENVS, else,
@@ -273,10 +273,11 @@ def instructor_env() -> Path:
     Raises:
         EnvironmentMissing, RuntimeError: as ``build_venv``.
     """
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    hub = [] if HUB_PIN in pyproject else [HUB_PIN]
-    key = hashlib.sha256("\n".join([str(ROOT), pyproject, *hub]).encode()).hexdigest()[:12]
-    return build_venv("instructor", key, lambda prefix: pip(prefix, "-e", str(ROOT), *hub))
+    pyproject, constraints = (ROOT / "pyproject.toml").read_text(), ROOT / "constraints.txt"
+    key = hashlib.sha256("\n".join([str(ROOT), pyproject, constraints.read_text()]).encode()).hexdigest()[:12]
+    # the instructor's extra holds jupyterhub; constraints.txt pins it to HUB_PIN
+    return build_venv("instructor", key,
+                      lambda prefix: pip(prefix, "-c", str(constraints), "-e", f"{ROOT}[instructor]"))
 
 
 def main(argv: list[str] | None = None) -> None:

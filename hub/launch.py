@@ -103,7 +103,7 @@ def require() -> None:
         if shutil.which(tool) is None:
             missing.append(f"{tool}: run `apt-get install passwd util-linux`")
     if not os.access(JUPYTERHUB, os.X_OK):
-        missing.append(f"{JUPYTERHUB}: run `make` (pip install -e . into .venv, which pins {environments.HUB_PIN})")
+        missing.append(f"{JUPYTERHUB}: run `make demo` (pip install -c constraints.txt -e '.[instructor,test]' into .venv; constraints.txt pins {environments.HUB_PIN})")
     closed = [folder for folder in ROOT.parents if not os.stat(folder).st_mode & stat.S_IXOTH]
     if closed:
         missing.append(f"the instructor's account must reach this checkout, but {closed[-1]} is closed to other "

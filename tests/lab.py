@@ -38,6 +38,7 @@ import nbformat
 from grader import course
 
 CHROMIUM = Path("/usr/bin/chromium")
+LEARNER_CONFIG = course.ROOT / "lab"  # the learner's Jupyter configuration, as `make lab` uses it
 # Headless as root, and nothing that reaches for the network: without the networking
 # flags the closed network refuses chromium's own connections and slows every page.
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -129,20 +130,23 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(workdir: Path, quick: bool = True) -> Iterator[Lab]:
+def serve(workdir: Path, quick: bool = True, learner: bool = False) -> Iterator[Lab]:
     """JupyterLab 4 with nbgrader's extensions on a free loopback port, serving
     ``copy_course(workdir)``; stopped on exit.
 
     ``quick`` sets NBGRADER_EXECUTION=1 for its kernels, as nbgrader does while grading,
-    so that the training notebooks train briefly. Jupyter's user folders point into
-    ``workdir``: nothing of the user's own settings or workspaces is read or written.
+    so that the training notebooks train briefly. ``learner`` serves it in the learner's
+    configuration, as `make lab` does (``LEARNER_CONFIG`` on JUPYTER_CONFIG_PATH: nbgrader's
+    instructor screens off). Jupyter's user folders point into ``workdir``: nothing of the
+    user's own settings or workspaces is read or written.
 
     Raises:
         RuntimeError: the server did not answer within STARTUP_SECONDS; its log is in the message.
     """
     root = copy_course(workdir)
     with _server(workdir, app="lab", cwd=workdir, root=root, quick=quick,
-                 extra=["--LabApp.expose_app_in_browser=True"]) as lab:  # window.jupyterapp
+                 extra=["--LabApp.expose_app_in_browser=True"],  # window.jupyterapp
+                 config_path=LEARNER_CONFIG if learner else None) as lab:
         yield lab
 
 
@@ -165,7 +169,7 @@ def serve_workspace(course_dir: Path, workdir: Path) -> Iterator[Lab]:
 
 @contextlib.contextmanager
 def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: list[str],
-            pythonpath: Path | None = None, base_url: str = "/") -> Iterator[Lab]:
+            pythonpath: Path | None = None, base_url: str = "/", config_path: Path | None = None) -> Iterator[Lab]:
     token = secrets.token_hex(16)
     port = _free_port()
     settings = workdir / "lab-settings"
@@ -182,6 +186,8 @@ def _server(workdir: Path, app: str, cwd: Path, root: Path, quick: bool, extra: 
                JUPYTERLAB_WORKSPACES_DIR=str(workdir / "lab-workspaces"))
     if quick:
         env["NBGRADER_EXECUTION"] = "1"
+    if config_path:
+        env["JUPYTER_CONFIG_PATH"] = str(config_path)
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath) + os.pathsep + os.environ.get("PYTHONPATH", "")
     log = workdir / f"jupyter{app}.log"

@@ -87,7 +87,7 @@ def hub(tmp_path_factory):
     if not CHP.exists():
         pytest.fail(f"configurable-http-proxy is missing ({CHP}): run `make hub-deps`")
     if not JUPYTERHUB.exists():
-        pytest.fail("jupyterhub is missing from the venv: run `make` (pyproject.toml pins it)")
+        pytest.fail("jupyterhub is missing from the venv: run `make test` (the instructor extra of pyproject.toml; constraints.txt pins it)")
     folder = tmp_path_factory.mktemp("hub")
     admin = secrets.token_hex(16)
     port, hub_port, proxy_port, service_port = (free_port() for _ in range(4))

@@ -232,5 +232,32 @@ def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch)
         train(lambda batch: 0.0, itertools.repeat(None), 1, progress=False)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
     assert "ATEN_CPU_CAPABILITY=avx512 is set" in training.arithmetic_note()
-    monkeypatch.setattr(training, "ARITHMETIC", {})  # another processor family
+
+
+def test_the_arithmetic_note_names_the_reference_to_an_arm_or_other_torch_learner(monkeypatch):
+    """On the pins (x86-64 with AVX2, torch 2.13.0) nothing is said; on an ARM processor or
+    another torch the note says where the text's numbers come from and why these may differ."""
+    from coursekit import training
+
+    reference = "x86-64 with AVX2, torch 2.13.0 and Python 3.11"
+    monkeypatch.setattr(training, "ARITHMETIC", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"})
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
     assert training.arithmetic_note() is None
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cu128")
+    note = training.arithmetic_note()
+    assert reference in note and "torch 2.9.1, not 2.13.0" in note and "differ slightly" in note and "\n" not in note
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert "no AVX2" in training.arithmetic_note() and "torch 2.9.1" in training.arithmetic_note()
+    # an ARM processor (a recent Mac): import coursekit pins nothing there
+    monkeypatch.setattr(training, "ARITHMETIC", {})
+    monkeypatch.setattr(training.platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(torch, "__version__", "2.13.0")
+    note = training.arithmetic_note()
+    assert reference in note and "arm64 processor is not x86-64" in note and "differ slightly" in note
+    assert "torch 2.13.0, not" not in note
+    monkeypatch.setattr(torch, "__version__", "2.14.1")
+    assert "torch 2.14.1, not 2.13.0" in training.arithmetic_note()
+    with pytest.warns(UserWarning, match="arm64 processor is not x86-64"):
+        train(lambda batch: 0.0, itertools.repeat(None), 1, progress=False)
