@@ -169,12 +169,12 @@ def build_wheel(dest: Path) -> Path:
 # What the self-learner's wheel holds beyond selfstudy/'s own files, copied beside them for
 # the build: the student package, the hidden checks and what check my work in a kernel needs
 # of the grader (grader.kernelcheck and what it imports: the wire that reads answers, the
-# seeds, the user's secret, the tutor's lines, the course's layout, names shown safely), and
-# the student notebooks as package data.
+# seeds, the user's secret, the tutor's lines, the course's layout, names shown safely), the
+# student notebooks as package data, and the learner's Jupyter configuration (lab/).
 SELFSTUDY_GRADER = ("__init__.py", "checks", "wire.py", "kernelcheck.py", "seeds.py", "selfcheck.py",
                     "tutortext.py", "course.py", "names.py")
 SELFSTUDY_COPIES = {"coursekit": "coursekit", **{f"grader/{name}": f"grader/{name}" for name in SELFSTUDY_GRADER},
-                    "notebooks": "attention_course/notebooks"}
+                    "notebooks": "attention_course/notebooks", "lab": "attention_course/lab"}
 SELFSTUDY_GLOB = "attention_from_scratch_course-*-py3-none-any.whl"
 
 

@@ -62,13 +62,15 @@ def test_the_two_wheels_differ_by_the_checks_the_notebooks_and_the_command_only(
     checks = _tree("grader/checks", "*.py") | {f"grader/{name}.py" for name in (
         "__init__", "wire", "kernelcheck", "seeds", "selfcheck", "tutortext", "course", "names")}
     notebooks = {f"attention_course/{n}" for n in _tree("notebooks", "*.ipynb")}
-    command = {"attention_course/__init__.py", "attention_course/cli.py", "attention_course/check.py"}
+    lab = {"lab/jupyter_server_config.py", "lab/jupyter_server_config.json", "lab/labconfig/page_config.json"}
+    command = {"attention_course/__init__.py", "attention_course/cli.py", "attention_course/check.py",
+               *(f"attention_course/{name}" for name in lab)}
     assert len(notebooks) == len(course.assignments()) and "grader/checks/reference/softmax.py" in checks
     assert set(selfstudy) - set(student) == checks | notebooks | command
     assert set(student) - set(selfstudy) == set(), "the self-learner's wheel holds the whole student package"
     assert [n for n in student if student[n] != selfstudy[n]] == [], "the same coursekit, byte for byte"
     assert {n for n in student if n.startswith(("grader/", "attention_course/"))} == set()
-    for name in checks | notebooks:
+    for name in checks | notebooks | {f"attention_course/{name}" for name in lab}:
         there = name.removeprefix("attention_course/")
         assert selfstudy[name] == (course.ROOT / there).read_bytes(), f"{name} is not the checkout's {there}"
 
@@ -144,16 +146,27 @@ def test_the_command_opens_jupyterlab_on_the_folder(venv_python, tmp_path):
             assert lab.poll() is None and time.monotonic() < deadline, lab.stdout.read() if lab.poll() else "no server"
             time.sleep(0.5)
         server = json.loads(next((tmp_path / "runtime").glob("jpserver-*.json")).read_text())
-        request = urllib.request.Request(f"{server['url'].rstrip('/')}/api/contents/03_masking",
-                                         headers={"Authorization": f"token {server['token']}"})
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localhost, not the dead proxy
-        with opener.open(request, timeout=30) as response:
-            listing = json.load(response)
+
+        def get(path: str) -> dict:
+            request = urllib.request.Request(f"{server['url'].rstrip('/')}/api/contents/{path}",
+                                             headers={"Authorization": f"token {server['token']}"})
+            with opener.open(request, timeout=30) as response:
+                return json.load(response)
+
+        listing, notebook = get("03_masking"), get("03_masking/03_masking.ipynb")
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=60)
     assert server["root_dir"] == str(tmp_path / "attention-from-scratch")
     assert [item["name"] for item in listing["content"]] == ["03_masking.ipynb"]
+    # the learner's configuration (lab/): the notebook comes with the kernel's own language_info,
+    # so that opening it leaves it unmodified; the file keeps the released short form
+    full = subprocess.run([str(venv_python), "-c", "import platform; print(platform.python_version())"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    assert notebook["content"]["metadata"]["language_info"]["version"] == full
+    released = json.loads((tmp_path / "attention-from-scratch" / "03_masking" / "03_masking.ipynb").read_text())
+    assert released["metadata"]["language_info"]["version"] != full
 
 
 def test_the_venv_s_torch_is_the_pinned_cpu_build(venv_python, tmp_path):

@@ -7,7 +7,8 @@
     attention-course notebooks FOLDER    only write them
 
 The notebooks go to ``FOLDER/<assignment>/<assignment>.ipynb``, as the course's
-``notebooks/`` holds them. A notebook already there is the learner's work and is never
+``notebooks/`` holds them. JupyterLab runs with the course's learner configuration (lab/,
+held by this package), as ``make lab`` runs it: notebooks open unmodified. A notebook already there is the learner's work and is never
 written over: it is kept, and one line says which were kept.
 """
 from __future__ import annotations
@@ -66,6 +67,15 @@ def report(folder: Path, written: list[str], kept: list[str]) -> str:
     return line + (f"; kept {len(kept)} already there, not written over: {', '.join(kept)}" if kept else "")
 
 
+def lab_environment(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with the learner's Jupyter configuration this package holds (the course's
+    lab/: notebooks open unmodified, no instructor screens) first on ``JUPYTER_CONFIG_PATH``,
+    as ``make lab`` puts it."""
+    config = str(resources.files("attention_course") / "lab")
+    rest = environ.get("JUPYTER_CONFIG_PATH", "")
+    return {**environ, "JUPYTER_CONFIG_PATH": config + (os.pathsep + rest if rest else "")}
+
+
 def lab_command(folder: Path, options: list[str]) -> list[str]:
     """JupyterLab on ``folder``, from this Python, with JupyterLab's own ``options``; as root
     (a container, a hosted notebook) with ``--allow-root``, which JupyterLab otherwise refuses."""
@@ -98,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = lab_command(folder, options)
     print(f"attention-course: opening JupyterLab on {folder} (Ctrl-C stops it)", flush=True)
+    environment = lab_environment(dict(os.environ))
     if os.name == "nt":  # no exec there: JupyterLab runs as a child, its exit status ours
-        return subprocess.call(command)
-    os.execv(command[0], command)  # JupyterLab takes this process: its output, its Ctrl-C
+        return subprocess.call(command, env=environment)
+    os.execve(command[0], command, environment)  # JupyterLab takes this process: its output, its Ctrl-C
 
 
 if __name__ == "__main__":
