@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attention-course", description="Attention from Scratch for "
                                      "self-learners: the notebooks in a folder of yours, and JupyterLab on it.")
     sub = parser.add_subparsers(dest="command", required=True)
-    lab = sub.add_parser("lab", help="write the notebooks into FOLDER (never over your work) and open JupyterLab there")
+    lab = sub.add_parser("lab", help="write the notebooks into FOLDER (never over your work) and open JupyterLab there",
+                         epilog="JupyterLab's own options follow, as --name=value: e.g. attention-course lab "
+                                "--port=8890 --no-browser")
     lab.add_argument("folder", nargs="?", default=DEFAULT_FOLDER, type=Path,
                      help=f"where the notebooks go (default: ./{DEFAULT_FOLDER})")
     notebooks = sub.add_parser("notebooks", help="only write the notebooks into FOLDER (never over your work)")
