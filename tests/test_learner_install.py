@@ -1,6 +1,6 @@
-"""The learner's install (`pip install -e .`, the base of pyproject.toml, no extras and no
-constraints) resolves on every Python from 3.11 to 3.13 this machine has, and is refused on
-3.10 with pip's own message.
+"""The learner's install (`pip install -e .`, the base of pyproject.toml, no extras) resolves
+on every Python from 3.11 to 3.13 this machine has, without constraints (the pip line) and
+at constraints.txt's exact pins (`make lab`), and is refused on 3.10 with pip's own message.
 
 Each resolution is pip's dry run (``pip --python PY install --dry-run --ignore-installed
 --report``) run by this venv's pip for the other interpreter, so no venv is made. pip
@@ -50,11 +50,14 @@ def _interpreter(minor: str) -> str | None:
     return None
 
 
-def _dry_run(python: str, report: Path) -> subprocess.CompletedProcess:
+def _dry_run(python: str, report: Path, pinned: bool = False) -> subprocess.CompletedProcess:
+    """pip's dry run of the learner install for ``python``; ``pinned``: at constraints.txt's
+    exact versions, as `make lab` installs it."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
     return subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--dry-run",
                            "--ignore-installed", "--use-feature=fast-deps", "--quiet", "--no-input",
-                           "--report", str(report), str(course.ROOT)],
+                           "--report", str(report), *(["-c", str(course.ROOT / "constraints.txt")] if pinned else []),
+                           str(course.ROOT)],
                           capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -64,16 +67,26 @@ def test_the_learner_install_resolves_on_every_python_from_3_11_to_3_13(tmp_path
                                  "here: install it (pyenv install 3.13, or apt-get install python3.11-venv)")
     torch_range = next(Requirement(r) for r in tomllib.loads((course.ROOT / "pyproject.toml").read_text())
                        ["project"]["dependencies"] if r.startswith("torch"))
-    with ThreadPoolExecutor(len(found)) as pool:
-        runs = dict(zip(found, pool.map(lambda m: _dry_run(found[m], tmp_path / f"{m}.json"), found)))
-    for minor, done in runs.items():
-        assert done.returncode == 0, f"Python {minor} ({found[minor]}): the learner install does not resolve:\n{done.stderr}"
-        report = json.loads((tmp_path / f"{minor}.json").read_text())
+    pins = {Requirement(line).name.lower().replace("_", "-"): str(Requirement(line).specifier).lstrip("=")
+            for line in (course.ROOT / "constraints.txt").read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+    # each Python twice: as pip alone resolves it, and at the pins `make lab` installs
+    jobs = [(minor, pinned) for minor in found for pinned in (False, True)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        runs = dict(zip(jobs, pool.map(lambda j: _dry_run(found[j[0]], tmp_path / f"{j[0]}-{j[1]}.json", j[1]), jobs)))
+    for (minor, pinned), done in runs.items():
+        how = "at constraints.txt's pins (make lab)" if pinned else "(pip install -e .)"
+        assert done.returncode == 0, f"Python {minor} ({found[minor]}): the learner install {how} does not resolve:\n{done.stderr}"
+        report = json.loads((tmp_path / f"{minor}-{pinned}.json").read_text())
         assert report["environment"]["python_version"] == minor
         resolved = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"] for i in report["install"]}
         assert torch_range.specifier.contains(resolved["torch"]), (minor, resolved["torch"])
         assert {"numpy", "matplotlib", "jupyterlab", "ipywidgets", "ipykernel", "nbgrader"} <= set(resolved)
         assert set(resolved) & INSTRUCTOR_ONLY == set(), f"Python {minor}: the learner would get {set(resolved) & INSTRUCTOR_ONLY}"
+        if pinned:
+            off = {name: (version, pins[name]) for name, version in resolved.items()
+                   if name in pins and version.split("+")[0] != pins[name]}
+            assert not off, f"Python {minor}, make lab: not at the pins {off}"
 
 
 def test_the_learner_install_is_refused_on_python_3_10(tmp_path):
