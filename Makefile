@@ -49,7 +49,10 @@ GRADE_OPTS = $(if $(JOBS),--jobs '$(JOBS)') $(if $(SCHEDULER),--scheduler '$(SCH
 # torch==2.13.0 is the CPU build where pip finds it (this machine's wheel folder).
 $(LEARNER_STAMP): pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "make: no python3.11, python3.12 or python3.13 found: install one (Debian: apt-get install python3.11 python3.11-venv; or python.org), or name it: make PYTHON=/path/to/python3.12" >&2; exit 1; }
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@# a venv left by a failed first try on another Python (3.10, say) is made again, not reused
+	@$(BIN)/python -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null || \
+	  { test ! -e $(VENV) || echo "make: $(VENV) is not a Python 3.11-3.13 venv: making it again with $(PYTHON)"; \
+	    rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip
 	$(PIP_INSTALL) -e .
 	touch $(LEARNER_STAMP)

@@ -176,10 +176,13 @@ class ReleaseOrder(NbGraderPreprocessor):
 
 
 CHECK_MARKDOWN = ("## Check my work\n\n"
-                  "Save the notebook (**Ctrl-S**), then run the cell below. It grades the saved notebook "
-                  "with the hidden checks (on your machine, or on the course's check service on a hub) and prints for each exercise whether it "
-                  "passed, what went wrong and a hint, then your score and what to revisit. "
-                  "(The same from a terminal: `make check NOTEBOOK=path/to/this.ipynb`.)")
+                  "Run the cell below. It checks your work with the hidden checks and prints for each exercise "
+                  "whether it passed, what went wrong and a hint, then your score and what to revisit.\n\n"
+                  "- In a class (on the course's hub, or with the package your instructor gave you) and in a "
+                  "clone of the course, it grades the notebook as last saved: save it first (**Ctrl-S**). "
+                  "From a terminal in a clone: `make check NOTEBOOK=path/to/this.ipynb`.\n"
+                  "- With the self-learner's package (`attention-course`), it judges the functions your "
+                  "kernel defines now: run your cells first (**Run > Run All Cells**).")
 
 
 def one_exercise_markdown(function: str) -> str:

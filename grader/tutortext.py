@@ -33,6 +33,9 @@ class Comment:
         if self.passed:
             return None
         where = f'section "{self.section}"' if self.section else "its section"
+        if self.diagnosis and "this kernel has not run its cell" in self.diagnosis:
+            return (f"run the cell of `{self.function}` in {where} (or Run > Run All Cells), filled in where it "
+                    "says YOUR CODE HERE, then check again")
         if self.diagnosis and "not answered yet" in self.diagnosis:
             return f"fill in `{self.function}` in {where} (the cell marked YOUR CODE HERE), then run the test below it"
         if self.diagnosis and self.diagnosis.startswith("stopped at the time limit"):

@@ -81,7 +81,7 @@ def test_a_failing_upstream_function_is_blamed_first(selfcheck, learner, solved)
 def test_a_function_the_kernel_has_not_run_is_not_answered(selfcheck, learner, solved):
     text = selfcheck.check_in_kernel(NOTEBOOK, {k: v for k, v in solved.items() if k != "apply_mask"})
     assert "apply_mask: not answered yet, this kernel has not run its cell" in text
-    assert "hint: fill in `apply_mask` in section" in text
+    assert "hint: run the cell of `apply_mask` in section" in text and "Run All Cells" in text
 
 
 def test_a_notebook_of_no_exercise_is_one_line(selfcheck, learner, tmp_path):

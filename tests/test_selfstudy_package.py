@@ -129,7 +129,7 @@ def test_the_command_writes_the_notebooks_and_never_over_the_learner_s(venv_pyth
     (tmp_path / "course" / "01_similarity" / "01_similarity.ipynb").unlink()
     done = _command(venv_python, tmp_path, "notebooks", "course")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.count("\n") == 1 and "wrote 1 notebooks" in done.stdout, done.stdout
+    assert done.stdout.count("\n") == 1 and "wrote 1 notebook into" in done.stdout, done.stdout
     assert f"kept {len(course.assignments()) - 1} already there, not written over" in done.stdout
     assert mine.read_text() == "my work"
     done = _command(venv_python, tmp_path, "notebooks", "course")
@@ -163,6 +163,8 @@ def test_the_command_opens_jupyterlab_on_the_folder(venv_python, tmp_path):
     finally:
         os.killpg(lab.pid, signal.SIGTERM)
         lab.wait(timeout=60)
+    log = lab.stdout.read()
+    assert "error adding extension" not in log and "Traceback" not in log, log[-3000:]
     assert server["root_dir"] == str(tmp_path / "attention-from-scratch")
     assert [item["name"] for item in listing["content"]] == ["03_masking.ipynb"]
     # the learner's configuration (lab/): the notebook comes with the kernel's own language_info,

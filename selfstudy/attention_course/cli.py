@@ -63,7 +63,7 @@ def report(folder: Path, written: list[str], kept: list[str]) -> str:
     """The one line saying what ``write_notebooks`` did."""
     if not written:
         return f"attention-course: all {len(kept)} notebooks are already in {folder}: kept as they are, none written over"
-    line = f"attention-course: wrote {len(written)} notebooks into {folder}"
+    line = f"attention-course: wrote {len(written)} notebook{'s' if len(written) != 1 else ''} into {folder}"
     return line + (f"; kept {len(kept)} already there, not written over: {', '.join(kept)}" if kept else "")
 
 
