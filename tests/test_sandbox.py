@@ -55,10 +55,16 @@ def kernel(tmp_path_factory):
     del os.environ["GRADER_ONLY_SECRET"]
 
 
-def test_course_folder_hides_everything_but_coursekit(kernel):
+def test_course_folder_hides_everything_but_coursekit_and_its_assets(kernel):
     run, _ = kernel
     seen = run(f"import os, json; print(json.dumps(sorted(os.listdir({str(course.ROOT)!r}))))")
-    assert set(seen) <= {"coursekit", ".venv"}, seen
+    assert set(seen) <= {"coursekit", ".venv", "assets"}, seen
+    # assets/ (coursekit/assets links to it) holds data only: the font and what it is
+    files = run(f"import os, json; print(json.dumps(sorted(os.path.relpath(os.path.join(d, f), {str(course.ROOT / 'assets')!r}) "
+                f"for d, _, fs in os.walk({str(course.ROOT / 'assets')!r}) for f in fs)))")
+    assert files == sorted(p.relative_to(course.ROOT / "assets").as_posix()
+                           for p in (course.ROOT / "assets").rglob("*") if p.is_file()), files
+    assert not [f for f in files if f.endswith((".py", ".ipynb", ".json", ".db"))], files
     assert run("import json, coursekit.plots as p; print(json.dumps(p.KOREAN_FONT.is_file()))") is True
     assert run("import json\ntry:\n import grader.checks; print(json.dumps('imported'))\n"
                "except ImportError as e: print(json.dumps('hidden'))") == "hidden"
