@@ -1,9 +1,9 @@
 """Check my work from inside Jupyter: the last cell of every student notebook.
 
-``check_my_work()`` grades the notebook this kernel runs, as last SAVED, with the hidden
-checks, and prints per exercise pass or fail, points, the diagnosis and a hint, then the
-score and what to revisit. The grading runs outside this kernel, except in the
-self-learner's own install:
+``check_my_work()`` checks the notebook this kernel runs with the hidden checks, and prints
+per exercise pass or fail, points, the diagnosis and a hint, then the score and what to
+revisit. In a class or a full install it grades the notebook as last SAVED, outside this
+kernel; the self-learner's own install judges what this kernel defines:
 
 - on a hub that runs the course's check service (``COURSE_CHECK_URL`` is set), the saved
   notebook is sent there with this server's JupyterHub token; the service, which runs
