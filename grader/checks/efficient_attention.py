@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from typing import Callable
 
 import numpy as np
@@ -903,4 +904,225 @@ SLIDING_WINDOW_MASK = Spec(
     ),
 )
 
-SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK)
+
+# ---------------------------------------------------------------------------- flash_backward
+def _backward_inputs(rng: np.random.Generator) -> list[Call]:
+    """Q, K, V drawn as tiled_attention's (scores rising along the keys), their O and L from the
+    reference's forward, and an upstream gradient dO drawn apart from O (so that D = rowsum(dO * O)
+    is no multiple of anything else)."""
+    calls = []
+
+    def ask(q_block: int, k_block: int, causal: bool, sizes: tuple, note: str = "", arrays=None) -> None:
+        query, key, value = arrays or _qkv(rng, *sizes)
+        out, lse = (t.numpy() for t in ref.flash_forward(*(torch.from_numpy(a) for a in (query, key, value)),
+                                                          q_block, k_block, causal))
+        grad_out = rng.normal(size=out.shape)
+        kwargs = {"causal": True} if causal else {}
+        flag = ", causal=True" if causal else ""
+        calls.append(Call((query, key, value, out, lse, grad_out, q_block, k_block), kwargs,
+                          what=f"flash_backward(query, key, value, out, lse, grad_out, {q_block}, {k_block}{flag}) "
+                               f"for {_shapes(query, key, value)}{note}"))
+
+    ask(3, 4, False, (2, 3, 7, 11, 4, 5))             # 1. q_len != k_len, blocks that divide neither length
+    ask(4, 3, True, (2, 3, 6, 10, 4, 5), ", 6 queries over 10 keys (the mask aligned bottom-right)")
+    ask(2, 4, True, (2, 3, 9, 9, 5, 3))               # 3. causal self-attention, the diagonal off the tiles' corners
+    ask(16, 16, False, (1, 2, 5, 6, 3, 4), ", one tile holding everything")
+    ask(1, 1, True, (1, 2, 4, 7, 3, 2), ", tiles of one query and one key")
+    query, key, value = (t[0] for t in _qkv(rng, 1, 3, 6, 8, 4, 2))
+    ask(4, 3, True, (), ", no batch axis", (query, key, value))  # 6. the leading axes are any
+    # 7-8. block sizes below 1 raise ValueError, as the docstring says
+    query, key, value = _qkv(rng, 1, 2, 4, 5, 3, 3)
+    out, lse = (t.numpy() for t in ref.flash_forward(*(torch.from_numpy(a) for a in (query, key, value)), 2, 2))
+    for q_block, k_block in [(0, 2), (2, -1)]:
+        calls.append(Call((query, key, value, out, lse, rng.normal(size=out.shape), q_block, k_block),
+                          raises="ValueError",
+                          what=f"flash_backward(query, key, value, out, lse, grad_out, {q_block}, {k_block}) for "
+                               f"{_shapes(query, key, value)}"))
+    return calls
+
+
+def _backward_variant(delta: str = "rowsum(dO * O)", probs: str = "exp(S - L)", scale_scores: bool = True,
+                      scale_dq: bool = True, scale_dk: bool = True, mask: str = "bottom_right",
+                      sign: str = "dP - D", dq_sum: str = "accumulated"):
+    """A learner's FlashAttention backward with its choices: D (``delta``: FlashAttention-2's rowsum(dO * O),
+    omitted, or the tile's own rowsum(P * dP)), how P is recomputed (``probs``: from L, without L, or a softmax
+    of the tile), the scale in S, dQ and dK, the causal mask's alignment, dS's sign, and dQ accumulated over
+    the key blocks or overwritten by each."""
+    @_blocks_checked
+    def flash_backward(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        scale = query.shape[-1] ** -0.5
+        d_all = (grad_out * out).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        for ks in range(0, k_len, k_block):
+            k, v = key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :]
+            for qs in range(0, q_len, q_block):
+                q, do = query[..., qs:qs + q_block, :], grad_out[..., qs:qs + q_block, :]
+                s = q @ k.transpose(-2, -1) * (scale if scale_scores else 1.0)
+                rows, cols = s.shape[-2:]
+                allowed = torch.ones(rows, cols, dtype=torch.bool)
+                if causal and mask != "none":
+                    shift = k_len - q_len if mask == "bottom_right" else 0
+                    allowed = torch.arange(ks, ks + cols)[None, :] <= torch.arange(qs, qs + rows)[:, None] + shift
+                if probs == "exp(S - L)":
+                    p = torch.exp(s - lse[..., qs:qs + q_block, None]).masked_fill(~allowed, 0.0)
+                elif probs == "exp(S)":
+                    p = torch.exp(s).masked_fill(~allowed, 0.0)
+                else:  # a softmax of the tile
+                    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+                dv[..., ks:ks + cols, :] += p.transpose(-2, -1) @ do
+                dp = do @ v.transpose(-2, -1)
+                d = {"rowsum(dO * O)": d_all[..., qs:qs + rows, :], "omitted": 0.0,
+                     "tile": (p * dp).sum(dim=-1, keepdim=True)}[delta]
+                ds = p * (dp - d if sign == "dP - D" else d - dp)
+                grad_q = ds @ k * (scale if scale_dq else 1.0)
+                if dq_sum == "accumulated":
+                    dq[..., qs:qs + rows, :] += grad_q
+                else:
+                    dq[..., qs:qs + rows, :] = grad_q
+                dk[..., ks:ks + cols, :] += ds.transpose(-2, -1) @ q * (scale if scale_dk else 1.0)
+        return dq, dk, dv
+    return flash_backward
+
+
+@_blocks_checked
+def _backward_full_block_mask(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """The causal mask built from q_block and k_block, not from the tile's own (shorter) size."""
+    scale = query.shape[-1] ** -0.5
+    offset = key.shape[-2] - query.shape[-2]
+    d = (grad_out * out).sum(dim=-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+    for ks in range(0, key.shape[-2], k_block):
+        k, v = key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :]
+        for qs in range(0, query.shape[-2], q_block):
+            q, do = query[..., qs:qs + q_block, :], grad_out[..., qs:qs + q_block, :]
+            p = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., qs:qs + q_block, None])
+            if causal:
+                p = p.masked_fill(torch.arange(ks, ks + k_block)[None, :]
+                                  > torch.arange(qs, qs + q_block)[:, None] + offset, 0.0)
+            dv[..., ks:ks + k_block, :] += p.transpose(-2, -1) @ do
+            ds = p * (do @ v.transpose(-2, -1) - d[..., qs:qs + q_block, :])
+            dq[..., qs:qs + q_block, :] += ds @ k * scale
+            dk[..., ks:ks + k_block, :] += ds.transpose(-2, -1) @ q * scale
+    return dq, dk, dv
+
+
+@_blocks_checked
+def _backward_dv_untransposed(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """dV's tile as P dO instead of P^T dO."""
+    dq, dk, dv = ref.flash_backward(query, key, value, out, lse, grad_out, q_block, k_block, causal)
+    for ks in range(0, key.shape[-2], k_block):
+        for qs in range(0, query.shape[-2], q_block):
+            p = torch.exp(query[..., qs:qs + q_block, :] @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+                          / query.shape[-1] ** 0.5 - lse[..., qs:qs + q_block, None])
+            dv[..., ks:ks + k_block, :] += p @ grad_out[..., qs:qs + q_block, :]
+    return dq, dk, dv
+
+
+# A diagnosis that says only that values differ (the engine's last resort), replaced by where the
+# three gradients place the mistake: dV = P^T dO reads P alone; dQ and dK read dS; each its own scale.
+_UNLOCATED = re.compile(r"but wrong values|contains? NaN or infinity where")
+
+
+def _located(right: tuple[bool, bool, bool], causal: bool) -> str:
+    """Where a wrong answer's mistake lies, from which of (dQ, dK, dV) are right."""
+    mask = " and, with causal=True, P_ij = 0 where key j > i + k_len - q_len" if causal else ""
+    if not right[2]:
+        return ("dV is wrong, and dV = P^T dO reads nothing but the recomputed P and dO: check P_ij = exp(S_ij - "
+                f"L_i), with S = Q K^T / sqrt(d_k) (the forward's scores) and L = lse{mask}, and that each tile's "
+                "P^T dO is added to the rows of its key block")
+    if not right[0] and not right[1]:
+        return ("dV is right, so P is; dQ and dK are both wrong, and both read dS: check D = rowsum(dO * O) per "
+                "query, dP = dO V^T and dS = P * (dP - D), each query's D taken from its own row")
+    if not right[0]:
+        return ("dV and dK are right, so P and dS are; dQ is wrong: dQ's rows of a query block are the sum over "
+                "every key block of dS K / sqrt(d_k)")
+    return ("dV and dQ are right, so P and dS are; dK is wrong: dK's rows of a key block are the sum over every "
+            "query block of dS^T Q / sqrt(d_k)")
+
+
+def _judge_backward(case: Case) -> None:
+    """The default judgement; where it could say only that values differ, which gradient is right says where."""
+    try:
+        judge_case(case)
+    except CheckFailed as failure:
+        if not _UNLOCATED.search(str(failure)):
+            raise
+        got = [to_array(item, case.what) for item in case.answer]
+        right = tuple(bool(g.shape == np.shape(e) and np.allclose(g, e, rtol=case.spec.rtol, atol=case.spec.atol))
+                      for g, e in zip(got, case.expected))
+        raise CheckFailed(f"{case.what}: {_located(right, _causal(case.call))}") from None
+
+
+def _backward_causal_unaligned(call: Call) -> bool:
+    return _causal(call) and call.args[0].shape[-2] != call.args[1].shape[-2]
+
+
+TRANSPOSED = ("{what} raised {error}. A product of a tile has the wrong axes: with a tile P of shape "
+              "(q_rows, k_cols), dV's tile is P^T dO (k_cols, d_v), dP = dO V^T (q_rows, k_cols), dQ's tile "
+              "dS K (q_rows, d_k) and dK's tile dS^T Q (k_cols, d_k)")
+
+FLASH_BACKWARD = Spec(
+    id="efficient_attention-flash_backward",
+    function="flash_backward",
+    inputs=_backward_inputs,
+    reference=ref.flash_backward,
+    driver="tensors",
+    judge=_judge_backward,
+    by_call=True,
+    parts=("grad_query", "grad_key", "grad_value"),
+    variant=_backward_variant,
+    equivalent=tuple((name, "q_block < 0 or k_block < 0 instead of < 1: at a block size of 0 range(0, n, 0) raises "
+                            "ValueError itself") for name in ("L11 1 -> 0", "L11 1 -> 0 #2")),
+    knobs=(
+        Knob("delta", (("omitted", "D is missing from dS: dS = P * (dP - D), with D = rowsum(dO * O) per query "
+                                   "(FlashAttention-2, Algorithm 2), the softmax's Jacobian's second term"),
+                       ("tile", "D is summed over the tile only, rowsum(P * dP) of one key block: D is a sum over "
+                                "every key, which the tile does not hold. Take D = rowsum(dO * O) per query, once, "
+                                "before the loops"))),
+        Knob("probs", (("exp(S)", "P is recomputed as exp(S) without subtracting the log-sum-exp: P_ij = exp(S_ij "
+                                  "- L_i), with lse[..., i] the L of query i saved by the forward"),
+                       ("softmax", "P is recomputed as a softmax of the tile alone: the tile holds part of the keys; "
+                                   "P_ij = exp(S_ij - L_i), with the L saved by the forward (the log of the sum over "
+                                   "every key)"))),
+        Knob("scale_scores", ((False, "the recomputed scores are not scaled: S = Q K^T / sqrt(d_k), as in the "
+                                      "forward"),)),
+        Knob("scale_dq", ((False, "dQ is missing the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k)"),)),
+        Knob("scale_dk", ((False, "dK is missing the scale: S = Q K^T / sqrt(d_k), so dK = dS^T Q / sqrt(d_k)"),)),
+        Knob("mask", (("none", "the causal mask is not applied in the backward: P_ij is 0 where key j is hidden "
+                               "from query i (j > i + k_len - q_len), as in the forward"),
+                      ("top_left", "the causal mask is aligned top-left (key j <= query i): with q_len < k_len the "
+                                   "docstring's mask is aligned bottom-right, key j <= i + k_len - q_len, so that "
+                                   "the last query sees every key"))),
+        Knob("sign", (("D - dP", "dS has the wrong sign: dS = P * (dP - D)"),)),
+        Knob("dq_sum", (("overwritten", "dQ is overwritten by each key block's dS K instead of summed over them: "
+                                        "dQ_i += dS_ij K_j * scale for every key block j"),)),
+    ),
+    rules=(
+        Rule("q_len != k_len", lambda call: not call.raises and call.args[0].shape[-2] != call.args[1].shape[-2]),
+        Rule("causal with q_len < k_len: the mask aligned bottom-right", _backward_causal_unaligned),
+        Rule("causal self-attention (q_len = k_len)",
+             lambda call: _causal(call) and call.args[0].shape[-2] == call.args[1].shape[-2]),
+        Rule("the last query block is shorter", lambda call: not call.raises
+             and call.args[0].shape[-2] % call.args[6] > 0 and call.args[0].shape[-2] > call.args[6]),
+        Rule("the last key block is shorter", lambda call: not call.raises
+             and call.args[1].shape[-2] % call.args[7] > 0 and call.args[1].shape[-2] > call.args[7]),
+        Rule("several key blocks (dQ summed over them)", lambda call: not call.raises
+             and call.args[1].shape[-2] > call.args[7]),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("q_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[6] < 1),
+        Rule("k_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[7] < 1),
+    ),
+    errors=(
+        Raises(RAISE_VALUE_ERROR.format(sizes="q_block and k_block"), example=_asserting(ref.flash_backward),
+               match=".", when=lambda call: bool(call.raises)),
+        Raises("{what} raised {error}. The last block is shorter when the block size does not divide the length: "
+               "build a tile's mask and slices from the tile's own size (P.shape[-2], P.shape[-1]), not from "
+               "q_block and k_block", example=_backward_full_block_mask,
+               match="must match the size|shape mismatch|size of tensor|Expected size", when=_causal),
+        Raises(TRANSPOSED, example=_backward_dv_untransposed,
+               match="cannot be multiplied|must match the size|shape mismatch|size of tensor|Expected size"),
+    ),
+)
+
+SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, FLASH_BACKWARD, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK)
