@@ -646,6 +646,61 @@ def _backward_dv_wrong_side(query, key, value, out, lse, grad_out, q_block, k_bl
     return tuple(grads)
 
 
+# ---------------------------------------------------------------- rolling_cache_attention
+
+def rolling_sdpa(slip=None):
+    """One step at a time through PyTorch's attention over the slots written so far, float32, the slot
+    from a write pointer that wraps round (ring buffer). ``slip`` is one learner's mistake."""
+    def rolling_cache_attention(query, key, value, window):
+        if window < 1:
+            raise ValueError("the buffer needs at least one slot")
+        query, key, value = query.float(), key.float(), value.float()
+        k_buf = torch.zeros(*key.shape[:-2], window, key.shape[-1])
+        v_buf = torch.zeros(*value.shape[:-2], window, value.shape[-1])
+        outputs, pointer, written = [], 0, 0
+        for t in range(query.shape[-2]):
+            if slip == "roll":                          # shift everything left, newest at the end
+                k_buf, v_buf = k_buf.roll(-1, dims=-2), v_buf.roll(-1, dims=-2)
+                k_buf[..., -1, :], v_buf[..., -1, :] = key[..., t, :], value[..., t, :]
+            else:
+                k_buf[..., pointer, :], v_buf[..., pointer, :] = key[..., t, :], value[..., t, :]
+                pointer = (pointer + 1) % window
+            written = min(written + 1, window)
+            held = slice(window - written, window) if slip == "roll" else slice(0, window if slip == "zeros" else written)
+            outputs.append(F.scaled_dot_product_attention(query[..., t:t + 1, :], k_buf[..., held, :], v_buf[..., held, :]))
+        return torch.cat(outputs, dim=-2), k_buf, v_buf
+    return rolling_cache_attention
+
+
+def _rolling_einsum(query, key, value, window):
+    """numpy-like indexing of the slot, einsum scores, float64."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    *lead, n, d_k = query.shape
+    kc, vc = key.new_zeros(*lead, window, d_k), value.new_zeros(*lead, window, value.shape[-1])
+    out = []
+    for t in range(n):
+        kc[..., t % window, :] = key[..., t, :]
+        vc[..., t % window, :] = value[..., t, :]
+        n_held = t + 1 if t < window else window
+        w = torch.softmax(torch.einsum("...d,...jd->...j", query[..., t, :], kc[..., :n_held, :]) / math.sqrt(d_k), -1)
+        out.append(torch.einsum("...j,...jd->...d", w, vc[..., :n_held, :]))
+    return torch.stack(out, dim=-2), kc, vc
+
+
+def _rolling_growing(query, key, value, window):
+    """The cache as a list that grows; the window applied by slicing the last window entries."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    keys, values, out = [], [], []
+    for t in range(query.shape[-2]):
+        keys.append(key[..., t, :])
+        values.append(value[..., t, :])
+        k, v = torch.stack(keys[-window:], -2), torch.stack(values[-window:], -2)
+        out.append(F.scaled_dot_product_attention(query[..., t:t + 1, :], k, v)[..., 0, :])
+    return torch.stack(out, -2), torch.stack(keys, -2), torch.stack(values, -2)
+
+
 MISTAKES = {
     "efficient_attention-online_softmax": [
         (_online_torch_no_rescale, "not rescaled when the running maximum grows"),
@@ -705,6 +760,12 @@ MISTAKES = {
         (_window_no_check, "it should raise ValueError"),
         (stub, "not answered yet"),
     ],
+    "efficient_attention-rolling_cache_attention": [
+        (rolling_sdpa("roll"), "the buffer is shifted by one slot at every step"),
+        (rolling_sdpa("zeros"), "the slots not yet written (zeros) take part in the softmax"),
+        (_rolling_growing, "the cache keeps every token"),
+        (stub, "not answered yet"),
+    ],
 }
 
 VARIANTS = {
@@ -740,6 +801,10 @@ VARIANTS = {
         _window_torch,
         _window_difference,
         _window_lists,
+    ],
+    "efficient_attention-rolling_cache_attention": [
+        rolling_sdpa(),
+        _rolling_einsum,
     ],
 }
 

@@ -1125,4 +1125,153 @@ FLASH_BACKWARD = Spec(
     ),
 )
 
-SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, FLASH_BACKWARD, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK)
+
+# ------------------------------------------------------------------------ rolling_cache_attention
+def _rolling_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(window: int, sizes: tuple, note: str = "", raises: str = "") -> None:
+        *lead, seq_len, d_k, d_v = sizes
+        query, key = rng.normal(size=(*lead, seq_len, d_k)), rng.normal(size=(*lead, seq_len, d_k))
+        value = rng.normal(size=(*lead, seq_len, d_v))
+        calls.append(Call((query, key, value, window), raises=raises,
+                          what=f"rolling_cache_attention(query, key, value, window={window}) for "
+                               f"{_shapes(query, key, value)}{note}"))
+
+    ask(4, (2, 3, 11, 5, 6), ", the buffer wrapping round twice")     # 1. 11 tokens through 4 slots
+    ask(5, (2, 3, 3, 4, 2), ", fewer tokens than slots")              # 2. slots 3 and 4 never written
+    ask(1, (1, 2, 6, 3, 4))                                           # 3. one slot: each token sees itself
+    ask(5, (2, 3, 5, 4, 6))                                           # 4. exactly full at the last step
+    ask(2, (3, 9, 4, 5), ", no batch axis")                           # 5. the leading axes are any
+    for window in (0, -1):                                            # 6-7. ValueError, as the docstring says
+        ask(window, (1, 2, 4, 3, 2), raises="ValueError")
+    return calls
+
+
+def _rolling_variant(slot: str = "t % window", unfilled: str = "left out", order: str = "write, then attend",
+                     scale: str = "sqrt_d_k"):
+    """A learner's rolling buffer with its choices: where position t is written (``slot``), whether the
+    slots not yet written take part, whether the step attends before writing its own key and value, the
+    scale."""
+    def rolling_cache_attention(query, key, value, window):
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        key_cache = key.new_zeros(key.shape[:-2] + (window, key.shape[-1]))
+        value_cache = value.new_zeros(value.shape[:-2] + (window, value.shape[-1]))
+        output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+        divisor = math.sqrt(query.shape[-1]) if scale == "sqrt_d_k" else 1.0
+        for t in range(query.shape[-2]):
+            def write():
+                nonlocal key_cache, value_cache
+                if slot == "rolled":  # the oldest first: shift left, the newest written at the end
+                    key_cache = torch.cat([key_cache[..., 1:, :], key[..., t:t + 1, :]], dim=-2)
+                    value_cache = torch.cat([value_cache[..., 1:, :], value[..., t:t + 1, :]], dim=-2)
+                else:
+                    at = t % window if slot == "t % window" else (t + 1) % window
+                    key_cache[..., at, :], value_cache[..., at, :] = key[..., t, :], value[..., t, :]
+            if order == "write, then attend":
+                write()
+            if slot == "rolled":
+                held = slice(window - min(t + 1, window), window) if unfilled == "left out" else slice(0, window)
+            elif slot == "t + 1":
+                held = (slice(1, min(t + 2, window + 1)) if t + 1 < window else slice(0, window)) \
+                    if unfilled == "left out" else slice(0, window)
+            else:
+                held = slice(0, min(t + 1, window)) if unfilled == "left out" else slice(0, window)
+            scores = key_cache[..., held, :] @ query[..., t, :, None] / divisor
+            output[..., t, :] = (torch.softmax(scores, dim=-2) * value_cache[..., held, :]).sum(dim=-2)
+            if order == "attend, then write":
+                write()
+        return output, key_cache, value_cache
+    return rolling_cache_attention
+
+
+def _growing_cache(query, key, value, window):
+    """The sliding window as a mask over a cache that keeps every token: the right outputs, no buffer."""
+    if window < 1:
+        raise ValueError("window must be at least 1")
+    output = scaled_dot_product_attention(query, key, value, torch.from_numpy(ref.sliding_window_mask(
+        query.shape[-2], window)))[0]
+    return output, key, value
+
+
+def _asserting_window(query, key, value, window):
+    """The window checked by an assert: an AssertionError, not the ValueError asked."""
+    assert window >= 1, "window must be positive"
+    return ref.rolling_cache_attention(query, key, value, window)
+
+
+def _judge_rolling(case: Case) -> None:
+    """The default judgement; where it could say only that values differ, which of the output and the
+    caches is right says where."""
+    try:
+        judge_case(case)
+    except CheckFailed as failure:
+        if not _UNLOCATED.search(str(failure)):
+            raise
+        got = [to_array(item, case.what) for item in case.answer]
+        _, *caches_right = (bool(g.shape == np.shape(e) and np.allclose(
+            g, e, rtol=case.spec.rtol, atol=case.spec.atol)) for g, e in zip(got, case.expected))
+        if not all(caches_right):
+            where = ("the caches after the last step are wrong: at step t, key t and value t are written at slot "
+                     "t % window, so that the buffer holds the last window positions, position p at slot p % window "
+                     "(slots never written stay 0)")
+        else:
+            where = ("the caches are right but the outputs are not: step t attends, after writing its own key and "
+                     "value, over the slots written so far (min(t + 1, window) of them), with the scores scaled by "
+                     "1 / sqrt(d_k)")
+        raise CheckFailed(f"{case.what}: {where}") from None
+
+
+ROLLING_CACHE_ATTENTION = Spec(
+    id="efficient_attention-rolling_cache_attention",
+    function="rolling_cache_attention",
+    inputs=_rolling_inputs,
+    reference=ref.rolling_cache_attention,
+    driver="tensors",
+    judge=_judge_rolling,
+    by_call=True,
+    parts=("output", "key_cache", "value_cache"),
+    variant=_rolling_variant,
+    knobs=(
+        Knob("slot", (("t + 1", "position t is written at slot (t + 1) % window: Mistral's buffer puts position i at "
+                                "slot i % window, so that position 0 is at slot 0"),
+                      ("rolled", "the buffer is shifted by one slot at every step (the oldest first) instead of "
+                                 "written in place: the outputs are right, but a rolling buffer copies nothing; "
+                                 "write position t at slot t % window, over the oldest entry"))),
+        Knob("unfilled", (("attended", "the slots not yet written (zeros) take part in the softmax while fewer than "
+                                       "window tokens have come: step t attends over the min(t + 1, window) slots "
+                                       "written so far"),)),
+        Knob("order", (("attend, then write", "each step attends before writing its own key and value: token t must "
+                                              "see itself, so write key t and value t at slot t % window first, "
+                                              "then attend"),)),
+        Knob("scale", (("none", "the scores are not scaled: divide q . k by sqrt(d_k), as in the full attention"),)),
+    ),
+    mistakes=(
+        Mistake("growing_cache", "the cache keeps every token (its length grows with the sequence): a rolling "
+                "buffer has window slots, key_cache (..., window, d_k), position t written at slot t % window "
+                "over the token that left the window", _growing_cache),
+    ),
+    rules=(
+        Rule("more tokens than slots: the buffer wraps round", lambda call: not call.raises
+             and call.args[0].shape[-2] > call.args[3] > 1),
+        Rule("the buffer wraps round more than once", lambda call: not call.raises
+             and call.args[0].shape[-2] > 2 * call.args[3] > 2),
+        Rule("fewer tokens than slots: slots never written", lambda call: not call.raises
+             and call.args[0].shape[-2] < call.args[3]),
+        Rule("window = 1: each token sees itself only", lambda call: call.args[3] == 1),
+        Rule("window = seq_len: full at the last step", lambda call: call.args[3] == call.args[0].shape[-2]),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("window = 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[3] == 0),
+        Rule("window < 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[3] < 0),
+    ),
+    errors=(
+        Raises("{what} raised {error}; it should raise ValueError, as the docstring says: check that window >= 1 "
+               "before the loop, and raise ValueError yourself",
+               example=_asserting_window, match=".",
+               when=lambda call: bool(call.raises)),
+    ),
+)
+
+SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, FLASH_BACKWARD, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK,
+         ROLLING_CACHE_ATTENTION)

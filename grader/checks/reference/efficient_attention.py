@@ -157,3 +157,28 @@ def flash_backward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, 
             grad_query[..., qs:qs + q_block, :] += ds @ k * scale
             grad_key[..., ks:ks + k_block, :] += ds.transpose(-2, -1) @ q * scale
     return grad_query, grad_key, grad_value
+
+
+def rolling_cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            window: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(..., seq_len, d_k), (..., seq_len, d_k), (..., seq_len, d_v) -> (output (..., seq_len, d_v), key_cache
+    (..., window, d_k), value_cache (..., window, d_v)): decoding one token at a time with a rolling buffer of
+    `window` slots (Jiang et al. 2023, Mistral 7B, Sec. 2: position i is written at slot i % window); step t
+    attends over the slots filled so far, the same as attention with sliding_window_mask(seq_len, window).
+    The caches are those after the last step (slots never written are 0).
+
+    Raises:
+        ValueError: window < 1.
+    """
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    key_cache = key.new_zeros(key.shape[:-2] + (window, key.shape[-1]))
+    value_cache = value.new_zeros(value.shape[:-2] + (window, value.shape[-1]))
+    output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+    for t in range(query.shape[-2]):
+        key_cache[..., t % window, :] = key[..., t, :]
+        value_cache[..., t % window, :] = value[..., t, :]
+        filled = min(t + 1, window)
+        scores = key_cache[..., :filled, :] @ query[..., t, :, None] / query.shape[-1] ** 0.5
+        output[..., t, :] = (torch.softmax(scores, dim=-2) * value_cache[..., :filled, :]).sum(dim=-2)
+    return output, key_cache, value_cache
