@@ -1024,9 +1024,9 @@ def _backward_dv_untransposed(query, key, value, out, lse, grad_out, q_block, k_
 _UNLOCATED = re.compile(r"but wrong values|contains? NaN or infinity where")
 
 
-def _located(right: tuple[bool, bool, bool], causal: bool) -> str:
+def _located(right: tuple[bool, ...], call: Call) -> str:
     """Where a wrong answer's mistake lies, from which of (dQ, dK, dV) are right."""
-    mask = " and, with causal=True, P_ij = 0 where key j > i + k_len - q_len" if causal else ""
+    mask = " and, with causal=True, P_ij = 0 where key j > i + k_len - q_len" if _causal(call) else ""
     if not right[2]:
         return ("dV is wrong, and dV = P^T dO reads nothing but the recomputed P and dO: check P_ij = exp(S_ij - "
                 f"L_i), with S = Q K^T / sqrt(d_k) (the forward's scores) and L = lse{mask}, and that each tile's "
@@ -1041,17 +1041,20 @@ def _located(right: tuple[bool, bool, bool], causal: bool) -> str:
             "query block of dS^T Q / sqrt(d_k)")
 
 
-def _judge_backward(case: Case) -> None:
-    """The default judgement; where it could say only that values differ, which gradient is right says where."""
-    try:
-        judge_case(case)
-    except CheckFailed as failure:
-        if not _UNLOCATED.search(str(failure)):
-            raise
-        got = [to_array(item, case.what) for item in case.answer]
-        right = tuple(bool(g.shape == np.shape(e) and np.allclose(g, e, rtol=case.spec.rtol, atol=case.spec.atol))
-                      for g, e in zip(got, case.expected))
-        raise CheckFailed(f"{case.what}: {_located(right, _causal(case.call))}") from None
+def _judged_by_parts(locate: Callable[[tuple[bool, ...], Call], str]) -> Callable[[Case], None]:
+    """The default judgement of a tuple answer; where it could say only that values differ,
+    ``locate(which parts are right, call)`` says where the mistake lies."""
+    def judge(case: Case) -> None:
+        try:
+            judge_case(case)
+        except CheckFailed as failure:
+            if not _UNLOCATED.search(str(failure)):
+                raise
+            got = [to_array(item, case.what) for item in case.answer]
+            right = tuple(bool(g.shape == np.shape(e) and np.allclose(g, e, rtol=case.spec.rtol, atol=case.spec.atol))
+                          for g, e in zip(got, case.expected))
+            raise CheckFailed(f"{case.what}: {locate(right, case.call)}") from None
+    return judge
 
 
 def _backward_causal_unaligned(call: Call) -> bool:
@@ -1068,7 +1071,7 @@ FLASH_BACKWARD = Spec(
     inputs=_backward_inputs,
     reference=ref.flash_backward,
     driver="tensors",
-    judge=_judge_backward,
+    judge=_judged_by_parts(_located),
     by_call=True,
     parts=("grad_query", "grad_key", "grad_value"),
     variant=_backward_variant,
@@ -1201,26 +1204,14 @@ def _asserting_window(query, key, value, window):
     return ref.rolling_cache_attention(query, key, value, window)
 
 
-def _judge_rolling(case: Case) -> None:
-    """The default judgement; where it could say only that values differ, which of the output and the
-    caches is right says where."""
-    try:
-        judge_case(case)
-    except CheckFailed as failure:
-        if not _UNLOCATED.search(str(failure)):
-            raise
-        got = [to_array(item, case.what) for item in case.answer]
-        _, *caches_right = (bool(g.shape == np.shape(e) and np.allclose(
-            g, e, rtol=case.spec.rtol, atol=case.spec.atol)) for g, e in zip(got, case.expected))
-        if not all(caches_right):
-            where = ("the caches after the last step are wrong: at step t, key t and value t are written at slot "
-                     "t % window, so that the buffer holds the last window positions, position p at slot p % window "
-                     "(slots never written stay 0)")
-        else:
-            where = ("the caches are right but the outputs are not: step t attends, after writing its own key and "
-                     "value, over the slots written so far (min(t + 1, window) of them), with the scores scaled by "
-                     "1 / sqrt(d_k)")
-        raise CheckFailed(f"{case.what}: {where}") from None
+def _rolling_located(right: tuple[bool, ...], call: Call) -> str:
+    """Where a wrong answer's mistake lies, from which of (output, key_cache, value_cache) are right."""
+    if not all(right[1:]):
+        return ("the caches after the last step are wrong: at step t, key t and value t are written at slot "
+                "t % window, so that the buffer holds the last window positions, position p at slot p % window "
+                "(slots never written stay 0)")
+    return ("the caches are right but the outputs are not: step t attends, after writing its own key and value, "
+            "over the slots written so far (min(t + 1, window) of them), with the scores scaled by 1 / sqrt(d_k)")
 
 
 ROLLING_CACHE_ATTENTION = Spec(
@@ -1229,7 +1220,7 @@ ROLLING_CACHE_ATTENTION = Spec(
     inputs=_rolling_inputs,
     reference=ref.rolling_cache_attention,
     driver="tensors",
-    judge=_judge_rolling,
+    judge=_judged_by_parts(_rolling_located),
     by_call=True,
     parts=("output", "key_cache", "value_cache"),
     variant=_rolling_variant,
