@@ -9,6 +9,7 @@ pass (another algorithm, numpy or torch ids, Counter or dict).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -491,6 +492,46 @@ def _decode_upper_check_only(ids, tokens):
     return data.decode("utf-8", errors="replace")
 
 
+# ---------------------------------------------------------------- to_jamo
+
+def _jamo_checked(convert, refuse=lambda text: any("\u1100" <= ch <= "\u11ff" for ch in text)):
+    def to_jamo(text):
+        if refuse(text):
+            raise ValueError("compose the text first: unicodedata.normalize('NFC', text)")
+        return convert(text)
+    return to_jamo
+
+
+def _nfd_syllables(form="NFD"):
+    return lambda text: "".join(unicodedata.normalize(form, ch) if "가" <= ch <= "힣" else ch for ch in text)
+
+
+def _by_hand(vowel=lambda s: s % 588 // 28, base=0xAC00):
+    """The Unicode Standard's arithmetic, as a learner writes it from a Korean blog post."""
+    def to_jamo(text):
+        out = []
+        for ch in text:
+            if 0xAC00 <= ord(ch) <= 0xD7A3:
+                s = ord(ch) - base
+                out += [chr(0x1100 + s // 588), chr(0x1161 + vowel(s))]
+                if s % 28:
+                    out.append(chr(0x11A7 + s % 28))
+            else:
+                out.append(ch)
+        return "".join(out)
+    return to_jamo
+
+
+def _jamo_regex(text):
+    if re.search("[\u1100-\u11ff]", text):
+        raise ValueError("already decomposed: unicodedata.normalize('NFC', text) first")
+    return re.sub("[가-힣]", lambda m: unicodedata.normalize("NFD", m.group()), text)
+
+
+def _jamo_list(text):
+    return list(_jamo_regex(text))
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -563,6 +604,17 @@ MISTAKES = {
         (lambda ids, tokens: [ref.bpe_decode([i], tokens) for i in ids], "should return one str"),
         (stub, "not answered yet"),
     ],
+    "tokenization-to_jamo": [
+        (_nfd_syllables(), "for a text already decomposed (NFD): it returned a value; it should raise ValueError"),
+        (_jamo_checked(_nfd_syllables(), refuse=lambda text: unicodedata.normalize("NFC", text) != text),
+         "only conjoining jamo (U+1100..U+11FF) are refused"),
+        (_jamo_checked(_by_hand(vowel=lambda s: s % 588 // 21)), "its jamo differ from NFD's"),
+        (_jamo_checked(_by_hand(base=0xAC01)), "jamo where NFD gives"),
+        (_jamo_checked(lambda text: _nfd_syllables()(text).replace("\t", "    ")), "spaces, tabs or line breaks"),
+        (_jamo_list, "returns a list of symbols"),
+        (lambda text: print(_jamo_regex(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -576,6 +628,9 @@ VARIANTS = {
     "tokenization-bpe_encode": [_encoder(_in_order), _encoder(_by_rank), _encode_as(np.array), _encode_as(torch.tensor),
                                 _encode_as(tuple)],
     "tokenization-bpe_decode": [_decode_bytes_join, _decode_byte_list],
+    # the arithmetic of the Unicode Standard (3.12), NFKD syllable by syllable (a Hangul syllable
+    # has no compatibility decomposition), a regular expression
+    "tokenization-to_jamo": [_jamo_checked(_by_hand()), _jamo_checked(_nfd_syllables("NFKD")), _jamo_regex],
 }
 
 

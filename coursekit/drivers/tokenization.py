@@ -138,3 +138,18 @@ def drive_bpe_decode(fn: Any) -> Any:
                             "pieces with ''.join(...)")
         return text
     return run
+
+
+def drive_to_jamo(fn: Any) -> Any:
+    """to_jamo(text) -> the same; the answer must be one str (a list of symbols is named)."""
+    def run(text):
+        jamo = fn(text)
+        if jamo is None:
+            return None
+        if isinstance(jamo, (list, tuple)) and all(isinstance(s, str) for s in jamo):
+            raise TypeError("to_jamo should return one str, but it returns a list of symbols: join them, "
+                            "''.join(...), so that the text's other characters and spaces stay as they are")
+        if not isinstance(jamo, str):
+            raise TypeError(f"to_jamo should return one str, but it returns a {type(jamo).__name__}")
+        return jamo
+    return run
