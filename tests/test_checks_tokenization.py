@@ -532,6 +532,47 @@ def _jamo_list(text):
     return list(_jamo_regex(text))
 
 
+def _compose_by_hand(text):
+    """Syllables by the arithmetic of the Unicode Standard (3.12), letter by letter."""
+    out, i = [], 0
+    while i < len(text):
+        if i + 1 < len(text) and 0x1100 <= ord(text[i]) <= 0x1112 and 0x1161 <= ord(text[i + 1]) <= 0x1175:
+            L, V, T = ord(text[i]) - 0x1100, ord(text[i + 1]) - 0x1161, 0
+            if i + 2 < len(text) and 0x11A8 <= ord(text[i + 2]) <= 0x11C2:
+                T = ord(text[i + 2]) - 0x11A7
+            out.append(chr(0xAC00 + (L * 21 + V) * 28 + T))
+            i += 3 if T else 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _compose_groups(text):
+    from itertools import groupby
+    return "".join(unicodedata.normalize("NFC", "".join(run)) if jamo else "".join(run)
+                   for jamo, run in groupby(text, key=lambda ch: "\u1100" <= ch <= "\u11ff"))
+
+
+def _compose_syllables(text):
+    return re.sub("[\u1100-\u1112][\u1161-\u1175][\u11a8-\u11c2]?",
+                  lambda m: unicodedata.normalize("NFC", m.group()), text)
+
+
+def _compose_unchecked(text):
+    """By hand, but reads the letter after every leading consonant, there or not."""
+    out, i = [], 0
+    while i < len(text):
+        if 0x1100 <= ord(text[i]) <= 0x1112 and 0x1161 <= ord(text[i + 1]) <= 0x1175:
+            T = ord(text[i + 2]) - 0x11A7 if i + 2 < len(text) and 0x11A8 <= ord(text[i + 2]) <= 0x11C2 else 0
+            out.append(chr(0xAC00 + ((ord(text[i]) - 0x1100) * 21 + ord(text[i + 1]) - 0x1161) * 28 + T))
+            i += 3 if T else 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -615,6 +656,15 @@ MISTAKES = {
         (lambda text: print(_jamo_regex(text)), "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-from_jamo": [
+        (lambda text: " ".join(unicodedata.normalize("NFC", word) for word in text.split(" ")),
+         "NFC on the whole text also changes"),
+        (_compose_unchecked, "a letter can stand alone at the end"),
+        (lambda text: list(_compose_groups(text)), "returns a list of symbols"),
+        (lambda text: _compose_syllables(text).replace("\n", " "), "spaces, tabs or line breaks"),
+        (lambda text: print(_compose_groups(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -631,6 +681,7 @@ VARIANTS = {
     # the arithmetic of the Unicode Standard (3.12), NFKD syllable by syllable (a Hangul syllable
     # has no compatibility decomposition), a regular expression
     "tokenization-to_jamo": [_jamo_checked(_by_hand()), _jamo_checked(_nfd_syllables("NFKD")), _jamo_regex],
+    "tokenization-from_jamo": [_compose_by_hand, _compose_groups, _compose_syllables],
 }
 
 

@@ -1044,12 +1044,12 @@ def _syllable(ch: str) -> bool:
     return _FIRST <= ch <= _LAST
 
 
-def _jamo_inputs(rng: np.random.Generator) -> list[Call]:
+def _jamo_texts(rng: np.random.Generator) -> tuple[str, str]:
     """Sentences with other scripts, spaces, tabs and line breaks; random syllables over the
     whole block (its first and last among them) between digits, Latin letters and the code
-    points just outside it; a decomposed text, which must raise."""
+    points just outside it."""
     first, second, third = _sentences(rng, 2, 1)
-    odd = [*_NFD_CHANGES, *_NFKD_CHANGES, "2024", "🙂"]
+    odd = [*_NFD_CHANGES, *_NFKD_CHANGES, "2024", "🙂", "e\u0301"]  # (an accent already apart: NFC joins it)
     rng.shuffle(odd)
     mixed = f"{first} {' '.join(odd[:4])}\t{second}\n{third}  {' '.join(odd[4:])}\n"
     codes = rng.integers(0xAC00, 0xD7A4, size=36)
@@ -1059,6 +1059,12 @@ def _jamo_inputs(rng: np.random.Generator) -> list[Call]:
     gaps = [" ", "  ", "\n", "A", "7", "\uabff", "\ud7a4", ""]
     spread = "".join(chr(int(c)) + (gaps[int(rng.integers(len(gaps)))] if k % 3 == 2 else "")
                      for k, c in enumerate(codes))
+    return mixed, spread
+
+
+def _jamo_inputs(rng: np.random.Generator) -> list[Call]:
+    """The texts of ``_jamo_texts`` and a decomposed text, which must raise."""
+    mixed, spread = _jamo_texts(rng)
     decomposed = unicodedata.normalize("NFD", _sentences(rng, 1, 0)[0])
     return [Call((mixed,), what="to_jamo(text) for sentences with other scripts, tabs and line breaks"),
             Call((spread,), what="to_jamo(text) for syllables from all over U+AC00..U+D7A3 among other characters"),
@@ -1192,4 +1198,119 @@ TO_JAMO = Spec(
     figures=("tokenization-to_jamo-figure",),
 )
 
-SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO)
+# ---------------------------------------------------------------- from_jamo
+
+
+def _from_jamo_inputs(rng: np.random.Generator) -> list[Call]:
+    """to_jamo's texts as jamo, and a sentence's jamo cut anywhere into pieces (as BPE's tokens
+    are), shown with " | " between them: letters that make no syllable there stay letters."""
+    mixed, spread = _jamo_texts(rng)
+    letters = ref.to_jamo(" ".join(_sentences(rng, 3, 0)))
+    cuts = sorted(rng.choice(np.arange(1, len(letters)), size=len(letters) // 3, replace=False).tolist())
+    pieces = " | ".join(letters[a:b] for a, b in zip([0, *cuts], [*cuts, len(letters)])) + " | " + letters[0]
+    return [Call((ref.to_jamo(mixed),), what="from_jamo(text) for sentences with other scripts, tabs and line breaks"),
+            Call((ref.to_jamo(spread),), what="from_jamo(text) for syllables from all over U+AC00..U+D7A3"),
+            Call((pieces,), what="from_jamo(text) for letters cut into pieces, as tokens are")]
+
+
+def _composing(final: int = 0x11A7, finals: bool = True, checked: bool = True) -> Callable[[str], str]:
+    """A learner's from_jamo by the Unicode Standard's arithmetic: a leading consonant and a
+    vowel (and a final after them, ``finals``) make the syllable 0xAC00 + (L * 21 + V) * 28 + T,
+    with T = code - ``final``; any other letter stays. ``checked=False`` reads the letter after
+    a leading consonant without asking whether there is one."""
+    def from_jamo(text):
+        out, i = [], 0
+        while i < len(text):
+            lead = ord(text[i]) - 0x1100
+            vowel = ord(text[i + 1]) - 0x1161 if i + 1 < len(text) or not checked and 0 <= lead < 19 else -1
+            if 0 <= lead < 19 and 0 <= vowel < 21:
+                has_final = finals and i + 2 < len(text) and "\u11a8" <= text[i + 2] <= "\u11c2"
+                out.append(chr(0xAC00 + (lead * 21 + vowel) * 28 + (ord(text[i + 2]) - final if has_final else 0)))
+                i += 3 if has_final else 2
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
+    return from_jamo
+
+
+def _describe_composed(case: Case) -> None:
+    """What a wrong from_jamo did: whitespace lost, letters left apart (finals or whole
+    syllables), characters that are no jamo changed, or syllables composed wrong."""
+    got, want = case.answer, case.expected
+    conjoining = lambda text: sum("\u1100" <= ch <= "\u11ff" for ch in text)
+    if [ch for ch in got if ch.isspace()] != [ch for ch in want if ch.isspace()]:
+        case.fail("spaces, tabs or line breaks are lost or added: only the runs of jamo change, every other "
+                  "character stays as it is, whitespace too")
+    if conjoining(got) > conjoining(want):
+        finals = sum("\u11a8" <= ch <= "\u11c2" for ch in got) - sum("\u11a8" <= ch <= "\u11c2" for ch in want)
+        if finals == conjoining(got) - conjoining(want):
+            case.fail(f"{_plural(finals, 'final consonant')} {'is' if finals == 1 else 'are'} left apart: a leading "
+                      "consonant, a vowel and the final after them make one syllable (T = final - 0x11A7)")
+        case.fail(f"{_plural(conjoining(got) - conjoining(want), 'letter')} that make syllables with their neighbours "
+                  "are left as letters: compose each run of jamo, unicodedata.normalize('NFC', run)")
+    others = ([ch for ch in got if not _syllable(ch) and not "\u1100" <= ch <= "\u11ff"],
+              [ch for ch in want if not _syllable(ch) and not "\u1100" <= ch <= "\u11ff"])
+    if others[0] != others[1]:
+        case.fail("characters that are no jamo are changed (normalizing the whole text does that to some, a "
+                  "compatibility Hanja or an accent already apart): compose only the runs of U+1100..U+11FF")
+    wrong = sum(g != w for g, w in zip(got, want)) if len(got) == len(want) else None
+    case.fail(f"{'its text is not as long as the one encoded' if wrong is None else _plural(wrong, 'syllable') + ' differ'}"
+              ": with L, V and T the letters' numbers (leading - 0x1100, vowel - 0x1161, final - 0x11A7, T = 0 "
+              "without a final), the syllable is 0xAC00 + (L * 21 + V) * 28 + T")
+
+
+FROM_JAMO_RULES = (
+    Rule("a syllable without a final consonant", lambda call: any(
+        "\u1161" <= a <= "\u1175" and not "\u11a8" <= b <= "\u11c2" for a, b in zip(call.args[0], call.args[0][1:]))),
+    Rule("the last final consonant, U+11C2", lambda call: "\u11c2" in call.args[0]),
+    Rule("the first and the last Hangul syllable, U+AC00 and U+D7A3", lambda call:
+         "\u1100\u1161" in call.args[0] and "\u1112\u1175\u11c2" in call.args[0]),
+    Rule("characters NFC changes that are no jamo (an accent written apart, a compatibility Hanja)",
+         lambda call: "e\u0301" in call.args[0] and "\uf900" in call.args[0]),
+    Rule("characters NFKC changes (a keyboard's jamo, a circled digit)", lambda call: any(
+        unicodedata.normalize("NFKC", ch) != unicodedata.normalize("NFC", ch) for ch in call.args[0])),
+    Rule("letters that make no syllable with their neighbours stay",
+         lambda call: any("\u1100" <= ch <= "\u11ff" for ch in ref.from_jamo(call.args[0]))),
+    Rule("spaces, tabs and line breaks", lambda call: {" ", "\t", "\n"} <= set(call.args[0])),
+)
+
+
+FROM_JAMO = Spec(
+    id="tokenization-from_jamo",
+    function="from_jamo",
+    inputs=_from_jamo_inputs,
+    reference=ref.from_jamo,
+    driver="tokenization.drive_from_jamo",
+    prepare=_text,
+    judge=_judged(_describe_composed),
+    rtol=0.0, atol=0.0,
+    rules=FROM_JAMO_RULES,
+    mistakes=(
+        Mistake("nfc_whole_text", "NFC on the whole text also changes characters that are no jamo (it joins an "
+                "accent written apart to its letter and replaces a compatibility Hanja, U+F900..): compose only "
+                "the runs of conjoining jamo, U+1100..U+11FF, each with unicodedata.normalize('NFC', run)",
+                lambda text: unicodedata.normalize("NFC", text)),
+        Mistake("nfkc_whole_text", "NFKC on the whole text: it also replaces compatibility characters (a keyboard's "
+                "jamo, a circled digit, a full-width letter) by others; use NFC, on the runs of conjoining jamo only",
+                lambda text: unicodedata.normalize("NFKC", text)),
+        Mistake("not_composed", "the letters are not composed (NFC not applied): each run of conjoining jamo "
+                "becomes its syllables, unicodedata.normalize('NFC', run)", lambda text: "".join(list(text))),
+        Mistake("finals_left_apart", "final consonants are left apart: a leading consonant, a vowel and the final "
+                "after them make one syllable, 0xAC00 + (L * 21 + V) * 28 + T with T = final - 0x11A7",
+                _composing(finals=False)),
+        Mistake("final_off_by_one", "the final consonant is one off: T = final - 0x11A7 (U+11A8 is T = 1; T = 0 "
+                "means no final)", _composing(final=0x11A8)),
+        Mistake("whitespace_dropped", "spaces, tabs and line breaks are lost (the words of text.split(), joined): "
+                "only the runs of jamo change, every other character stays as it is",
+                lambda text: "".join(ref.from_jamo(word) for word in text.split())),
+    ),
+    errors=(
+        Raises("{what} raised {error}: a letter can stand alone at the end of a text or a piece (a token cut "
+               "anywhere): ask whether a vowel follows a leading consonant before composing them",
+               example=_composing(checked=False), match="IndexError"),
+    ),
+    figures=("tokenization-from_jamo-figure",),
+)
+
+SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO)

@@ -188,5 +188,6 @@ def to_jamo(text: str) -> str:
 
 
 def from_jamo(text: str) -> str:
-    """The inverse of ``to_jamo``: each run of conjoining jamo composed (NFC), nothing else touched."""
+    """The inverse of ``to_jamo``: each run of conjoining jamo composed (NFC), nothing else touched;
+    a letter that makes no syllable with its neighbours (a lone final) stays as it is."""
     return _JAMO_RUN.sub(lambda run: unicodedata.normalize("NFC", run.group()), text)
