@@ -1,4 +1,5 @@
-"""Hidden checks of notebook 11, tokenization: byte-pair encoding, its five exercises.
+"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises) and Hangul
+below the syllable, to_jamo and from_jamo (two).
 
 The answers are text: dicts of symbol pairs, lists of merges, ids, a decoded string. The
 drivers (``coursekit/drivers/tokenization.py``) hand them back as strings and int64 arrays
@@ -7,11 +8,14 @@ they are compared exactly (``rtol = atol = 0``), so that the catalogue of mistak
 knobs of train_bpe work as for any array answer. When no catalogued mistake
 explains an answer, each exercise asks its own further questions (``_describe_*``): which
 pairs are extra or missing, at which merge a learner's training first leaves the rule and
-why (a pair across words, a tie, stale counts), whether encoded ids decode back to the text.
-A diagnosis names positions and kinds, never the hidden text or tokens.
+why (a pair across words, a tie, stale counts), whether encoded ids decode back to the text,
+which kind of jamo (leading, vowel, final) a decomposition gets wrong. A diagnosis names
+positions and kinds, never the hidden text or tokens.
 
 The hidden texts are sentences of the course's toy grammar (``coursekit.translation``) in
-Korean and English, with special tokens, characters no tokenizer has seen and odd spacing.
+Korean and English, with special tokens, characters no tokenizer has seen and odd spacing;
+to_jamo's and from_jamo's add syllables from the whole block U+AC00..U+D7A3 and characters
+that a normalization of the whole text changes.
 """
 from __future__ import annotations
 
