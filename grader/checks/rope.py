@@ -423,14 +423,15 @@ def _step_variant(positions="true", read="once", stored="rotated", mask="bottom_
                  "minus_one": max(past - 1, 0)}[positions]
         q_first = 0 if positions == "queries_zero" else first
         q = ref.apply_rope(q, ref.rope_angles(q_first + new, d_k, base)[q_first:])
-        k_new = k if stored == "raw" else ref.apply_rope(k, ref.rope_angles(first + new, d_k, base)[first:])
+        rotated_new = stored == "rotated" and read == "once"
+        k_new = ref.apply_rope(k, ref.rope_angles(first + new, d_k, base)[first:]) if rotated_new else k
         keys = k_new if cache is None else torch.cat([cache[0], k_new], dim=-2)
         values = v if cache is None else torch.cat([cache[1], v], dim=-2)
+        if read == "again":   # the cached keys (rotated) and the new ones rotated together, and stored so
+            keys = ref.apply_rope(keys, ref.rope_angles(past + new, d_k, base))
         read_keys = keys
         if stored == "raw":   # the keys stored as they came, rotated at 0 ... past + new - 1 when read
             read_keys = ref.apply_rope(keys, ref.rope_angles(past + new, d_k, base))
-        if read == "again":
-            read_keys = ref.apply_rope(read_keys, ref.rope_angles(past + new, d_k, base))
         allowed = {"bottom_right": torch.ones(new, past + new, dtype=torch.bool).tril(diagonal=past),
                    "top_left": torch.ones(new, past + new, dtype=torch.bool).tril(),
                    "future": torch.ones(new, past + new, dtype=torch.bool).triu(diagonal=past), "none": None}[mask]
@@ -494,8 +495,9 @@ ROTARY_ATTENTION_STEP = Spec(
             ("minus_one", "the new tokens after a cache are rotated one position too early, from past - 1: the "
                           "cache holds positions 0 ... past - 1, so the next token is at position past"),
         )),
-        Knob("read", (("again", "the cached keys are rotated again when read: they are stored rotated at their "
-                                "positions, so rotate only the new keys, then concatenate"),)),
+        Knob("read", (("again", "the cached keys are rotated again when read (the cache and the new keys rotated "
+                                "together at 0 ... past + new_len - 1): they are stored rotated at their positions, "
+                                "so rotate only the new keys, then concatenate"),)),
         Knob("stored", (("raw", "the outputs are right, but the cache holds the keys unrotated (rotated afresh "
                                 "at every step): store them rotated, so that each step rotates only its new "
                                 "keys"),)),
