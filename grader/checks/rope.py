@@ -384,7 +384,7 @@ ROTARY_MULTI_HEAD_ATTENTION = Spec(
         Hint("the weights are right but the output is not: mix the values (not rotated) with the weights, merge the "
              "heads (merge_heads) and apply W_o", lambda out, call: True, example=_NoW_o, part=0),
     ),
-    figures=("rope-RotaryMultiHeadAttention-figure",),
+    figures=("rope-RotaryMultiHeadAttention-figure", "rope-RotaryMultiHeadAttention-figure-2"),
 )
 
 
