@@ -375,23 +375,25 @@ def step_rotates_whole_cache(q, k, v, cache=None, base=10000.0):
     return sdpa(q, keys, values, _bottom_right(q.shape[-2], keys.shape[-2]))[0], (keys, values)
 
 
-def step_top_left(q, k, v, cache=None, base=10000.0):
-    """Mistake: notebook 03's causal_mask cut to (new_len, k_len): aligned top-left."""
+def _at_true_positions(q, k, v, cache, base):
+    """The new queries and keys rotated at past ..., appended to the cache: (queries, keys, values)."""
     past = 0 if cache is None else cache[0].shape[-2]
     angles = ref.rope_angles(past + q.shape[-2], q.shape[-1], base)[past:]
     q, k = ref.apply_rope(q, angles), ref.apply_rope(k, angles)
-    keys = k if cache is None else torch.cat([cache[0], k], -2)
-    values = v if cache is None else torch.cat([cache[1], v], -2)
+    if cache is None:
+        return q, k, v
+    return q, torch.cat([cache[0], k], -2), torch.cat([cache[1], v], -2)
+
+
+def step_top_left(q, k, v, cache=None, base=10000.0):
+    """Mistake: notebook 03's causal_mask cut to (new_len, k_len): aligned top-left."""
+    q, keys, values = _at_true_positions(q, k, v, cache, base)
     return sdpa(q, keys, values, NS["causal_mask"](keys.shape[-2])[:q.shape[-2]])[0], (keys, values)
 
 
 def step_cache_not_grown(q, k, v, cache=None, base=10000.0):
     """Mistake: the cache filled on the first call only (`if cache is None: cache = ...`)."""
-    past = 0 if cache is None else cache[0].shape[-2]
-    angles = ref.rope_angles(past + q.shape[-2], q.shape[-1], base)[past:]
-    q, k = ref.apply_rope(q, angles), ref.apply_rope(k, angles)
-    keys = k if cache is None else torch.cat([cache[0], k], -2)
-    values = v if cache is None else torch.cat([cache[1], v], -2)
+    q, keys, values = _at_true_positions(q, k, v, cache, base)
     if cache is None:
         cache = (keys, values)
     return sdpa(q, keys, values, _bottom_right(q.shape[-2], keys.shape[-2]))[0], cache
