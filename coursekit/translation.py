@@ -33,9 +33,18 @@ Translation rules (Korean side, morpheme tokens; particles are separate tokens)
   cat that will eat").
 * Negation: the English long form ("did not") -> long Korean negation -지 않다
   (먹지 않았다 / 먹지 않는다 / 먹지 않을 것이다); the English contraction ("didn't")
-  -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).
+  -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).  With find and
+  catch, where not doing it is a failure and not a choice, 못 and -지 못하다 instead
+  (못 찾았다 / 찾지 못했다: "could not find"; 안 찾았다 would be "did not look for").
+* "finds" is 찾아낸다 (찾는다 would read "is looking for"); the other tenses use 찾다.
 * Existential: 있었다 / 있다 / 있을 것이다, negated 없었다 / 없다 / 없을 것이다.
-* Adjectives are given in 관형형 form: 큰, 작은, 빨간, 하얀, 검은, 예쁜, 어린, 배고픈.
+* Adjectives are given in 관형형 form: 큰, 작은, 빨간, 하얀, 검은, 예쁜, 배고픈, and for
+  "young" 어린 (a child, an animal) or 젊은 (an adult: 젊은 의사).  Colour words describe
+  animals and things, never people; "young" and "hungry" only what is alive.
+* Nouns: people (boy, girl, teacher, student, doctor, neighbour), animals (cat, dog,
+  fish, bird, bear, horse), things (apple, book, bread, rice).  Half of the Korean nouns
+  end in a final consonant.  Sentences may still be absurd (the apple ate the bear): the
+  grammar is the point, not the story.
 
 Splits
 ------
@@ -55,33 +64,75 @@ import random
 from dataclasses import dataclass
 
 # ---------------------------------------------------------------- lexicon
-# English noun -> Korean noun
+# English noun -> Korean noun. Half the nouns end in a final consonant (받침) and half do not,
+# so each particle pair (은/는, 이/가, 을/를) is seen equally often: 8 and 8. The words are the
+# plain nouns a Korean reader expects in plain-style sentences: 교사, not 선생님 (which would
+# need honorific verbs: 만드셨다, 계시다); 물고기, a living fish (생선 is fish as food).
 NOUNS = {
-    "cat": "고양이", "dog": "개", "fish": "생선", "apple": "사과", "boy": "소년",
-    "girl": "소녀", "teacher": "선생님", "student": "학생", "book": "책", "bird": "새",
-    "bear": "곰", "horse": "말", "doctor": "의사", "bread": "빵", "milk": "우유",
-    "friend": "친구",
+    "cat": "고양이", "dog": "개", "fish": "물고기", "apple": "사과", "boy": "소년",
+    "girl": "소녀", "teacher": "교사", "student": "학생", "book": "책", "bird": "새",
+    "bear": "곰", "horse": "말", "doctor": "의사", "bread": "빵", "rice": "밥",
+    "neighbour": "이웃",
 }
-# English adjective -> Korean adnominal (관형형) form
+# What each noun names, which decides the adjectives it takes (``ADJ_CLASSES``).
+PEOPLE = ("boy", "girl", "teacher", "student", "doctor", "neighbour")
+ANIMALS = ("cat", "dog", "fish", "bird", "bear", "horse")
+THINGS = ("apple", "book", "bread", "rice")
+# English adjective -> Korean adnominal (관형형) form. "young" has two: 어린 for a child or an
+# animal (어린 소녀, 어린 고양이) and 젊은 for an adult (젊은 의사, never 어린 의사).
 ADJS = {
     "big": "큰", "small": "작은", "red": "빨간", "white": "하얀", "black": "검은",
     "pretty": "예쁜", "young": "어린", "hungry": "배고픈",
 }
+YOUNG_ADULT = "젊은"
+ADULTS = ("teacher", "doctor", "neighbour")
+# Which nouns an adjective may describe: colour words never describe a person (검은 학생 and
+# "the black student" read as race, in both languages); "young" and "hungry" only something
+# alive.
+COLOURS = ("red", "white", "black")
+ADJ_CLASSES = {
+    "big": PEOPLE + ANIMALS + THINGS, "small": PEOPLE + ANIMALS + THINGS,
+    "pretty": PEOPLE + ANIMALS + THINGS,
+    "red": ANIMALS + THINGS, "white": ANIMALS + THINGS, "black": ANIMALS + THINGS,
+    "young": PEOPLE + ANIMALS, "hungry": PEOPLE + ANIMALS,
+}
+
+
+def adj_ko(adj: str, noun: str) -> str:
+    """The Korean adnominal form of English ``adj`` describing English ``noun``.
+
+    Raises ValueError if the grammar never puts ``adj`` on ``noun`` (``ADJ_CLASSES``)."""
+    if noun not in ADJ_CLASSES[adj]:
+        raise ValueError(f"the grammar never says 'the {adj} {noun}': see ADJ_CLASSES")
+    return YOUNG_ADULT if adj == "young" and noun in ADULTS else ADJS[adj]
+
+
 # verb: English (base, 3sg present, past), Korean finite (past, present, -(으)ㄹ form),
-# relative (past, present, -(으)ㄹ), -지 stem.  For English "will": the -(으)ㄹ form + "것이다"
-# (conjecture or prediction, not a tense); "future" in the code names the English tense.
+# relative (past, present, -(으)ㄹ), -지 stem (past, present, -(으)ㄹ).  For English "will": the
+# -(으)ㄹ form + "것이다" (conjecture or prediction, not a tense); "future" in the code names the
+# English tense.  "finds" is 찾아낸다 (찾는다 reads "is looking for"), so find's present forms,
+# and only those, are built on 찾아내다.
+def _same(stem: str) -> tuple[str, str, str]:
+    return stem, stem, stem
+
+
 VERBS = {
-    "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       "먹지"),
-    "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           "보지"),
-    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아한", "좋아하는", "좋아할"), "좋아하지"),
-    "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       "잡지"),
-    "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       "쫓지"),
-    "find":  (("find", "finds", "found"),     ("찾았다", "찾는다", "찾을"),       ("찾은", "찾는", "찾을"),       "찾지"),
-    "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       "돕지"),
-    "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     "만들지"),
+    "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       _same("먹지")),
+    "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           _same("보지")),
+    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아한", "좋아하는", "좋아할"), _same("좋아하지")),
+    "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       _same("잡지")),
+    "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       _same("쫓지")),
+    "find":  (("find", "finds", "found"),     ("찾았다", "찾아낸다", "찾을"),     ("찾은", "찾아내는", "찾을"),   ("찾지", "찾아내지", "찾지")),
+    "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       _same("돕지")),
+    "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     _same("만들지")),
 }
 TENSES = ("past", "present", "future")
-NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}  # + 것이다 for English "will"
+# Negation, + 것이다 for English "will". 안 and -지 않다 say the subject did not do it; with find
+# and catch that reads "chose not to" (책을 안 찾았다: "did not look for the book"), so their
+# negation is 못 and -지 못하다, "could not": 책을 못 찾았다, 책을 찾지 못했다.
+NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}
+CANNOT_FINITE = {"past": "못했다", "present": "못한다", "future": "못할"}
+CANNOT_VERBS = ("find", "catch")
 EXIST_KO = {False: ("있었다", "있다", "있을"), True: ("없었다", "없다", "없을")}
 PARTICLES = {"topic": ("은", "는"), "subj": ("이", "가"), "obj": ("을", "를")}
 
@@ -113,7 +164,7 @@ def english_words(ko_token: str) -> set[str]:
     backwards: the source words a row of an alignment picture should look at.)"""
     found = {en for en, ko in [*NOUNS.items(), *ADJS.items()] if ko == ko_token}
     for en_forms, finite, relative, ji in VERBS.values():
-        if ko_token in (*finite, *relative, ji):
+        if ko_token in (*finite, *relative, *ji):
             found.update(en_forms)
     return found
 
@@ -187,7 +238,7 @@ def ko_np(np_: NP, role: str) -> list[str]:
         inner_role = "obj" if r.gap == "subj" else "subj"
         out += ko_np(r.other, inner_role) + [rel_form]
     if np_.adj:
-        out.append(ADJS[np_.adj])
+        out.append(adj_ko(np_.adj, np_.noun))
     noun_ko = NOUNS[np_.noun]
     return out + [noun_ko, particle(noun_ko, role)]
 
@@ -198,9 +249,10 @@ def ko_verb(verb: str, tense: str, neg: str | None) -> list[str]:
     fut = ["것이다"] if tense == "future" else []
     if neg is None:
         return [finite] + fut
+    cannot = verb in CANNOT_VERBS
     if neg == "short":
-        return ["안", finite] + fut
-    return [VERBS[verb][3], NEG_FINITE[tense]] + fut
+        return ["못" if cannot else "안", finite] + fut
+    return [VERBS[verb][3][t], (CANNOT_FINITE if cannot else NEG_FINITE)[tense]] + fut
 
 
 def to_korean(s: Sentence) -> list[str]:
@@ -235,7 +287,7 @@ class GrammarConfig:
 
 def _sample_np(rng: random.Random, cfg: GrammarConfig, allow_rel: bool) -> NP:
     noun = rng.choice(list(NOUNS))
-    adj = rng.choice(list(ADJS)) if rng.random() < cfg.p_adj else None
+    adj = rng.choice([a for a in ADJS if noun in ADJ_CLASSES[a]]) if rng.random() < cfg.p_adj else None
     rel = None
     if allow_rel and rng.random() < cfg.p_rel:
         rel = Rel(verb=rng.choice(list(VERBS)), tense=rng.choice(TENSES),
@@ -281,6 +333,68 @@ def heldout_combos(s: Sentence) -> set[str]:
     return found
 
 
+# What each verb can sensibly be done to: the showcase sentences (``plausible``) keep to these;
+# the training data does not (the apple ate the bear teaches the grammar just as well).
+_ALIVE = PEOPLE + ANIMALS
+SENSIBLE_OBJECTS = {
+    "eat": ("fish", "apple", "bread", "rice"), "make": ("bread", "book"),
+    "see": tuple(NOUNS), "like": tuple(NOUNS), "find": tuple(NOUNS),
+    "chase": _ALIVE, "catch": _ALIVE, "help": _ALIVE,
+}
+_VERB_OF = {form: verb for verb, (forms, *_) in VERBS.items() for form in forms}
+
+
+def events(en: list[str]) -> list[tuple[str, str, str]]:
+    """Who does what to whom in sentence ``en`` (the tokens of ``to_english``): one
+    (subject, verb, object) triple of English nouns and a verb's base form for the main clause
+    and for each relative clause, main clause first.
+
+    ``"the cat that the dog saw ate the fish".split()`` -> ``[("cat", "eat", "fish"),
+    ("dog", "see", "cat")]``; an existential's noun only exists: ``"there was a cat".split()``
+    -> ``[]``. Raises ValueError for tokens the grammar does not write."""
+    found: list[tuple[str, str, str]] = []
+
+    def verb(i: int) -> tuple[str, int]:                 # a verb group from i -> (base, next i)
+        if en[i] in ("did", "does", "will"):
+            i += 2 if en[i + 1] == "not" else 1
+        elif en[i] in ("didn't", "doesn't", "won't"):
+            i += 1
+        if en[i] not in _VERB_OF:
+            raise ValueError(f"not a sentence of the grammar: {' '.join(en)!r}")
+        return _VERB_OF[en[i]], i + 1
+
+    def noun_phrase(i: int) -> tuple[str, int]:          # "the [adj] noun [that ...]" from i
+        i += 1 + (en[i + 1] in ADJS)
+        noun, i = en[i], i + 1
+        if noun not in NOUNS:
+            raise ValueError(f"not a sentence of the grammar: {' '.join(en)!r}")
+        if i < len(en) and en[i] == "that":
+            if en[i + 1] == "the":                         # object gap: "that the dog saw"
+                other, i = noun_phrase(i + 1)
+                v, i = verb(i)
+                found.append((other, v, noun))
+            else:                                         # subject gap: "that chased the dog"
+                v, i = verb(i + 1)
+                other, i = noun_phrase(i)
+                found.append((noun, v, other))
+        return noun, i
+
+    if en[0] == "there":
+        noun_phrase(2 if en[1] != "will" else 3)
+        return found
+    subj, i = noun_phrase(0)
+    v, i = verb(i)
+    obj, _ = noun_phrase(i)
+    return [(subj, v, obj)] + found
+
+
+def plausible(en: list[str]) -> bool:
+    """True if in sentence ``en`` every subject is a person or an animal and every object is
+    something its verb can sensibly be done to (``SENSIBLE_OBJECTS``), other than the subject
+    (not "the teacher that the teacher helped"): the sentences to show."""
+    return all(s in _ALIVE and o in SENSIBLE_OBJECTS[v] and o != s for s, v, o in events(en))
+
+
 def n_rel(s: Sentence) -> int:
     return sum(1 for np_, _ in _nps(s) if np_.rel is not None)
 
@@ -312,12 +426,13 @@ def build_vocabs() -> tuple[Vocab, Vocab]:
     """Vocabularies from the lexicon (complete by construction, independent of data)."""
     en = {"the", "a", "an", "no", "that", "there", "was", "is", "will", "be", "did", "does",
           "not", "didn't", "doesn't", "won't"} | set(NOUNS) | set(ADJS)
-    ko = set(NOUNS.values()) | set(ADJS.values()) | {"안", "것이다"} | set(NEG_FINITE.values())
+    ko = set(NOUNS.values()) | set(ADJS.values()) | {YOUNG_ADULT, "안", "못", "것이다"}
+    ko |= set(NEG_FINITE.values()) | set(CANNOT_FINITE.values())
     ko |= {p for pair in PARTICLES.values() for p in pair}
     ko |= {w for forms in EXIST_KO.values() for w in forms}
     for v, (en_forms, fin, rel, ji) in VERBS.items():
         en |= set(en_forms)
-        ko |= set(fin) | set(rel) | {ji}
+        ko |= set(fin) | set(rel) | set(ji)
     return Vocab(en), Vocab(ko)
 
 
@@ -513,9 +628,10 @@ EXAMPLES = [
     ("simple past", Sentence("trans", "past", None, NP("cat"), "eat", NP("fish"))),
     ("future", Sentence("trans", "future", None, NP("boy"), "make", NP("bread"))),
     ("long negation past (-지 않았다)", Sentence("trans", "past", "long", NP("dog"), "chase", NP("bear"))),
-    ("short negation present (안)", Sentence("trans", "present", "short", NP("girl"), "like", NP("milk"))),
-    ("short negation future", Sentence("trans", "future", "short", NP("doctor"), "find", NP("book"))),
-    ("long negation future", Sentence("trans", "future", "long", NP("friend"), "catch", NP("apple"))),
+    ("short negation present (안)", Sentence("trans", "present", "short", NP("girl"), "like", NP("rice"))),
+    ("short negation future, find: 못", Sentence("trans", "future", "short", NP("doctor", "young"), "find", NP("book"))),
+    ("long negation past, catch: -지 못했다", Sentence("trans", "past", "long", NP("neighbour"), "catch", NP("bird"))),
+    ("present of find: 찾아낸다", Sentence("trans", "present", None, NP("dog"), "find", NP("apple"))),
     ("adjectives", Sentence("trans", "past", None, NP("cat", "big"), "see", NP("bird", "red"))),
     ("object-gap relative on subject (the brief's example)",
      Sentence("trans", "past", None, NP("cat", None, Rel("see", "past", "obj", NP("dog"))), "eat", NP("fish"))),
