@@ -304,6 +304,110 @@ class RotaryRotateHalf(RotaryValuesToo):
         return self.attend(q, k, v, mask)
 
 
+# ---------------------------------------------------------------- rotary_attention_step
+
+sdpa = NS["scaled_dot_product_attention"]
+
+
+def _bottom_right(new, total):
+    return torch.ones(new, total, dtype=torch.bool).tril(diagonal=total - new)
+
+
+def step_llama(q, k, v, cache=None, base=10000.0):
+    """Valid: Llama's way, complex frequencies precomputed for a maximum length and sliced at start_pos, the cache
+    a list that grows, F.scaled_dot_product_attention with an explicit bottom-right mask, float64 inside."""
+    if not (q.shape[-2] == k.shape[-2] == v.shape[-2]):
+        raise ValueError("q, k and v must hold the same number of tokens")
+    start_pos, seqlen, d_k = (0 if cache is None else cache[0].shape[2]), q.shape[2], q.shape[-1]
+    freqs = 1.0 / (base ** (torch.arange(0, d_k, 2, dtype=torch.float64) / d_k))
+    cis = torch.polar(torch.ones(64, d_k // 2, dtype=torch.float64),
+                      torch.outer(torch.arange(64, dtype=torch.float64), freqs))[start_pos:start_pos + seqlen]
+    rot = lambda x: torch.view_as_real(torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2)) * cis).flatten(-2)
+    xq, xk = rot(q), rot(k).to(k.dtype)
+    keys = xk if cache is None else torch.cat([cache[0], xk], dim=2)
+    values = v if cache is None else torch.cat([cache[1], v], dim=2)
+    out = F.scaled_dot_product_attention(xq, keys.double(), values.double(),
+                                         attn_mask=_bottom_right(seqlen, keys.shape[2]))
+    return out.to(q.dtype), (keys, values)
+
+
+def step_numpy_loops(q, k, v, cache=None, base=10000.0):
+    """Valid: numpy, one new token at a time inside the call (each attends to everything cached so far), the
+    score matrix by einsum, the cache a list [keys, values]."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    if k.shape[-2] != q.shape[-2] or v.shape[-2] != q.shape[-2]:
+        raise ValueError("one key and one value per new query")
+    keys = np.zeros(q.shape[:2] + (0, q.shape[-1])) if cache is None else np.asarray(cache[0], dtype=np.float64)
+    values = np.zeros(keys.shape) if cache is None else np.asarray(cache[1], dtype=np.float64)
+    outs = []
+    for j in range(q.shape[-2]):
+        m = keys.shape[-2]                                     # this token's position
+        angles = _np_angles(m + 1, q.shape[-1], base)[m:]
+        qj = apply_numpy(q[..., j:j + 1, :], angles)
+        keys = np.concatenate([keys, apply_numpy(k[..., j:j + 1, :], angles)], axis=-2)
+        values = np.concatenate([values, v[..., j:j + 1, :]], axis=-2)
+        w = np.exp(np.einsum("bhqd,bhkd->bhqk", qj, keys) / np.sqrt(q.shape[-1]))
+        outs.append((w / w.sum(-1, keepdims=True)) @ values)
+    return torch.tensor(np.concatenate(outs, axis=-2)), [torch.tensor(keys), torch.tensor(values)]
+
+
+def _np_angles(seq_len, d_k, base=10000.0):
+    return np.arange(seq_len)[:, None] * base ** (-2 * np.arange(d_k // 2) / d_k)
+
+
+def step_queries_from_zero(q, k, v, cache=None, base=10000.0):
+    """Mistake: the keys at their positions, the queries rotated as in section 5, from 0."""
+    past = 0 if cache is None else cache[0].shape[-2]
+    q = ref.apply_rope(q, ref.rope_angles(q.shape[-2], q.shape[-1], base))
+    k = ref.apply_rope(k, ref.rope_angles(past + k.shape[-2], k.shape[-1], base)[past:])
+    keys = k if cache is None else torch.cat([cache[0], k], -2)
+    values = v if cache is None else torch.cat([cache[1], v], -2)
+    return sdpa(q, keys, values, _bottom_right(q.shape[-2], keys.shape[-2]))[0], (keys, values)
+
+
+def step_rotates_whole_cache(q, k, v, cache=None, base=10000.0):
+    """Mistake: the cached keys (stored rotated) and the new ones rotated together at 0 ... past + new - 1."""
+    keys = k if cache is None else torch.cat([cache[0], k], -2)
+    values = v if cache is None else torch.cat([cache[1], v], -2)
+    angles = ref.rope_angles(keys.shape[-2], q.shape[-1], base)
+    keys = ref.apply_rope(keys, angles)
+    q = ref.apply_rope(q, angles[keys.shape[-2] - q.shape[-2]:])
+    return sdpa(q, keys, values, _bottom_right(q.shape[-2], keys.shape[-2]))[0], (keys, values)
+
+
+def _at_true_positions(q, k, v, cache, base):
+    """The new queries and keys rotated at past ..., appended to the cache: (queries, keys, values)."""
+    past = 0 if cache is None else cache[0].shape[-2]
+    angles = ref.rope_angles(past + q.shape[-2], q.shape[-1], base)[past:]
+    q, k = ref.apply_rope(q, angles), ref.apply_rope(k, angles)
+    if cache is None:
+        return q, k, v
+    return q, torch.cat([cache[0], k], -2), torch.cat([cache[1], v], -2)
+
+
+def step_top_left(q, k, v, cache=None, base=10000.0):
+    """Mistake: notebook 03's causal_mask cut to (new_len, k_len): aligned top-left."""
+    q, keys, values = _at_true_positions(q, k, v, cache, base)
+    return sdpa(q, keys, values, NS["causal_mask"](keys.shape[-2])[:q.shape[-2]])[0], (keys, values)
+
+
+def step_cache_not_grown(q, k, v, cache=None, base=10000.0):
+    """Mistake: the cache filled on the first call only (`if cache is None: cache = ...`)."""
+    q, keys, values = _at_true_positions(q, k, v, cache, base)
+    if cache is None:
+        cache = (keys, values)
+    return sdpa(q, keys, values, _bottom_right(q.shape[-2], keys.shape[-2]))[0], cache
+
+
+def step_no_return(q, k, v, cache=None, base=10000.0):
+    ref.rotary_attention_step(q, k, v, cache, base)
+
+
+def step_base_ignored(q, k, v, cache=None, base=10000.0):
+    """Mistake: the base argument not passed on to rope_angles."""
+    return ref.rotary_attention_step(q, k, v, cache)
+
+
 def apply_numpy_t(x, angles):
     return torch.as_tensor(apply_numpy(x.detach().numpy(), angles), dtype=x.dtype)
 
@@ -334,12 +438,22 @@ MISTAKES = {
         (RotaryInputs, "it rotates the inputs before W_q and W_k"),
         (RotaryRotateHalf, "it rotates pairs (i, i + d_k/2)"),
     ],
+    "rope-rotary_attention_step": [
+        (stub, "not answered yet"),
+        (step_no_return, "is a `return` missing?"),
+        (step_queries_from_zero, "the new queries are rotated from position 0"),
+        (step_rotates_whole_cache, "the cached keys are rotated again when read"),
+        (step_top_left, "the causal mask is aligned top-left"),
+        (step_cache_not_grown, "the cache is not updated after the first call"),
+        (step_base_ignored, "base"),
+    ],
 }
 
 VARIANTS = {
     "rope-rope_angles": [angles_llama, angles_cached],
     "rope-apply_rope": [apply_complex, apply_numpy, apply_rotate_half],
     "rope-RotaryMultiHeadAttention": [RotaryEinsum, RotaryCachedTables, RotaryWithSDPA],
+    "rope-rotary_attention_step": [step_llama, step_numpy_loops],
 }
 
 globals().update(shared_tests("rope", MISTAKES, VARIANTS, solutions="rope_notebook", seeds=4))

@@ -107,6 +107,22 @@ def _cached_differs(implementation) -> bool:
     return not np.allclose(_np(torch.cat(steps, dim=1)), _np(full), atol=1e-4)
 
 
+def _rotary_cache_differs(implementation) -> bool:
+    """RoPE with a KV cache: a sequence fed in chunks (a cache between them) gives other outputs than
+    the model without a cache (the reference's one call on the whole sequence)."""
+    from grader.checks.reference.rope import rotary_attention_step
+
+    q, k, v = (torch.as_tensor(_rng().normal(size=(2, 3, 7, 4))) for _ in range(3))
+    outs, cache, start = [], None, 0
+    with torch.no_grad():
+        for size in (2, 1, 3, 1):
+            out, cache = implementation(q[..., start:start + size, :], k[..., start:start + size, :],
+                                        v[..., start:start + size, :], cache)
+            outs.append(out)
+            start += size
+        return not np.allclose(_np(torch.cat(outs, dim=-2)), _np(rotary_attention_step(q, k, v)[0]), atol=1e-5)
+
+
 def _skipped_tile_read(implementation) -> bool:
     """Tiled attention: a NaN in the value of a key that only tiles wholly above the diagonal hold
     reaches the queries before it (such tiles computed and masked, not skipped)."""
@@ -169,6 +185,7 @@ PROPERTIES = (
     Property("gpt-Block", "positions 0-2 may not see position 3 (causal mask)",
              _future_moves_past(lambda impl: impl(12, 3, 20).eval(), lambda m, x: m(x)[:, :3], _block_input)),
     Property("gpt-forward_cached", "step ", _cached_differs),
+    Property("rope-rotary_attention_step", "tokens with the cache: ", _rotary_cache_differs),
     Property("multi_head-MultiHeadAttention", "causal mask: no weight on later keys",
              _weight_on_later_keys(lambda impl: _mha(impl, "causal"))),
     Property("softmax-scaled_dot_product_attention", "each query's weights sum to 1",

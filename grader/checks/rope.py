@@ -384,7 +384,150 @@ ROTARY_MULTI_HEAD_ATTENTION = Spec(
         Hint("the weights are right but the output is not: mix the values (not rotated) with the weights, merge the "
              "heads (merge_heads) and apply W_o", lambda out, call: True, example=_NoW_o, part=0),
     ),
-    figures=("rope-RotaryMultiHeadAttention-figure",),
+    figures=("rope-RotaryMultiHeadAttention-figure", "rope-RotaryMultiHeadAttention-figure-2"),
 )
 
-SPECS = (ROPE_ANGLES, APPLY_ROPE, ROTARY_MULTI_HEAD_ATTENTION)
+
+
+# ---------------------------------------------------------------- rotary_attention_step (a KV cache)
+
+def _step_calls(rng: np.random.Generator) -> list[Call]:
+    """A sequence fed in chunks (several tokens first, then one and several after a cache), and one
+    token at a time with another base; q, k, v of (batch 2, heads 3, seq_len, d_k)."""
+    calls = []
+    for seq_len, d_k, chunks, base in [(8, 8, (3, 1, 2, 2), None), (6, 10, (1,) * 6, float(rng.choice([100.0, 500.0])))]:
+        if base is None:
+            chunks = (3,) + tuple(rng.permutation(chunks[1:]).tolist())
+        q, k, v = (rng.normal(size=(BATCH, HEADS, seq_len, d_k)).astype(np.float32) for _ in range(3))
+        kwargs = {} if base is None else {"base": base}
+        calls.append(Call((q, k, v, np.array(chunks, dtype=np.int64)), kwargs,
+                          what=f"rotary_attention_step on q, k, v of ({BATCH}, {HEADS}, {seq_len}, {d_k}) fed "
+                               f"{' + '.join(map(str, chunks))} tokens" + (f", base={base:g}" if base else "")))
+    q, v = (rng.normal(size=(BATCH, HEADS, 3, 8)).astype(np.float32) for _ in range(2))
+    k = rng.normal(size=(BATCH, HEADS, 2, 8)).astype(np.float32)
+    calls.append(Call((q, k, v, np.array([3], dtype=np.int64)), what="rotary_attention_step(q, k, v) with 3 queries "
+                      "but 2 keys", raises="ValueError"))
+    return calls
+
+
+def _step_variant(positions="true", read="once", stored="rotated", mask="bottom_right", update="append"):
+    """A learner's rotary_attention_step with some choices wrong (the spec's knobs): where the new
+    tokens are rotated, whether the keys read from the cache are rotated again, whether the cache
+    stores them rotated, the causal mask's alignment, what the returned cache holds."""
+    def rotary_attention_step(q, k, v, cache=None, base=10000.0):
+        past = 0 if cache is None else cache[0].shape[-2]
+        new, d_k = q.shape[-2], q.shape[-1]
+        if k.shape[-2] != new or v.shape[-2] != new:
+            raise ValueError("q, k and v must hold the same new tokens")
+        first = {"true": past, "queries_zero": past, "both_zero": 0, "plus_one": past + 1,
+                 "minus_one": max(past - 1, 0)}[positions]
+        q_first = 0 if positions == "queries_zero" else first
+        q = ref.apply_rope(q, ref.rope_angles(q_first + new, d_k, base)[q_first:])
+        rotated_new = stored == "rotated" and read == "once"
+        k_new = ref.apply_rope(k, ref.rope_angles(first + new, d_k, base)[first:]) if rotated_new else k
+        keys = k_new if cache is None else torch.cat([cache[0], k_new], dim=-2)
+        values = v if cache is None else torch.cat([cache[1], v], dim=-2)
+        if read == "again":   # the cached keys (rotated) and the new ones rotated together, and stored so
+            keys = ref.apply_rope(keys, ref.rope_angles(past + new, d_k, base))
+        read_keys = keys
+        if stored == "raw":   # the keys stored as they came, rotated at 0 ... past + new - 1 when read
+            read_keys = ref.apply_rope(keys, ref.rope_angles(past + new, d_k, base))
+        allowed = {"bottom_right": torch.ones(new, past + new, dtype=torch.bool).tril(diagonal=past),
+                   "top_left": torch.ones(new, past + new, dtype=torch.bool).tril(),
+                   "future": torch.ones(new, past + new, dtype=torch.bool).triu(diagonal=past), "none": None}[mask]
+        out, _ = ref.scaled_dot_product_attention(q, read_keys, values, allowed)
+        if update == "new_only":
+            return out, (k_new, v)
+        if update == "kept" and cache is not None:
+            return out, cache
+        return out, (keys, values)
+    return rotary_attention_step
+
+
+def _raw_cache(q, k, v, cache=None, base=10000.0):
+    """Not rotated at all: notebook 06's causal attention with a cache."""
+    past = 0 if cache is None else cache[0].shape[-2]
+    keys = k if cache is None else torch.cat([cache[0], k], dim=-2)
+    values = v if cache is None else torch.cat([cache[1], v], dim=-2)
+    mask = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool).tril(diagonal=past)
+    return ref.scaled_dot_product_attention(q, keys, values, mask)[0], (keys, values)
+
+
+def _several_after_cache(call: Call) -> bool:
+    return not call.raises and any(c > 1 for c in np.asarray(call.args[3])[1:])
+
+
+ROTARY_ATTENTION_STEP = Spec(
+    id="rope-rotary_attention_step",
+    function="rotary_attention_step",
+    depends=("rope-rope_angles", "rope-apply_rope"),  # its solution calls them
+    driver="rope.cached_steps",
+    inputs=_step_calls,
+    reference=ref.rotary_attention_step,
+    parts=("output", "cached keys", "cached values"),
+    variant=_step_variant,
+    equivalent=(
+        ("L12 0 -> 1 #2", "cache[1], the cached values, has the cached keys' shape: their length is past as well"),
+        ("L12 0 -> -1 #2", "cache is a pair: cache[-1] is cache[1], the values, of the keys' shape"),
+    ) + tuple((name, "q, k, v and the cache are 4-D, (batch, heads, positions, d_k): axis 2 is axis -2")
+              for name in ("L12 -2 -> 2", "L13 -2 -> 2", "L14 -2 -> 2", "L14 -2 -> 2 #2", "L19 -2 -> 2",
+                           "L19 -2 -> 2 #2")),
+    rules=(
+        Rule("several new tokens after a cache: queries at past ... past + new_len - 1, the causal mask aligned "
+             "bottom-right", _several_after_cache),
+        Rule("one new token after a cache", lambda call: not call.raises and any(
+            c == 1 for c in np.asarray(call.args[3])[1:])),
+        Rule("several tokens in the first call (no cache): causal among themselves",
+             lambda call: not call.raises and np.asarray(call.args[3])[0] > 1),
+        Rule("a base given, other than 10000", lambda call: call.kwargs.get("base", 10000.0) != 10000.0),
+        Rule("q, k and v of different lengths: ValueError", lambda call: call.raises == "ValueError"),
+    ),
+    knobs=(
+        Knob("positions", (
+            ("queries_zero", "the new queries are rotated from position 0: after `past` cached tokens new token j "
+                             "is at position past + j, its query rotated by rope_angles(past + new_len, d_k)[past:] "
+                             "as its key is"),
+            ("both_zero", "the new queries and keys are rotated from position 0 at every call (section 5's module "
+                          "as it is): after `past` cached tokens they sit at positions past ... past + new_len - 1, "
+                          "rope_angles(past + new_len, d_k)[past:]"),
+            ("plus_one", "the new tokens are rotated one position too far, from past + 1: the first token is at "
+                         "position 0, and after `past` cached tokens the next one is at position past"),
+            ("minus_one", "the new tokens after a cache are rotated one position too early, from past - 1: the "
+                          "cache holds positions 0 ... past - 1, so the next token is at position past"),
+        )),
+        Knob("read", (("again", "the cached keys are rotated again when read (the cache and the new keys rotated "
+                                "together at 0 ... past + new_len - 1): they are stored rotated at their positions, "
+                                "so rotate only the new keys, then concatenate"),)),
+        Knob("stored", (("raw", "the outputs are right, but the cache holds the keys unrotated (rotated afresh "
+                                "at every step): store them rotated, so that each step rotates only its new "
+                                "keys"),)),
+        Knob("mask", (
+            ("top_left", "the causal mask is aligned top-left: new token j (at position past + j) may attend to "
+                         "keys 0 ... past + j, torch.ones(new_len, past + new_len).tril(diagonal=past), the mask "
+                         "aligned bottom-right"),
+            ("none", "several new tokens in one call see each other's future: mask new token j to keys 0 ... "
+                     "past + j, torch.ones(new_len, past + new_len).tril(diagonal=past)"),
+            ("future", "the mask keeps the future and hides the past (triu in the place of tril): new token j may "
+                       "attend to keys 0 ... past + j, torch.ones(new_len, past + new_len).tril(diagonal=past)"),
+        )),
+        Knob("update", (
+            ("new_only", "the cache returned holds only the new keys and values, so the next call forgets the "
+                         "earlier positions: return the concatenation of the cached and the new ones"),
+            ("kept", "the cache is not updated after the first call: return the concatenation of the cached and "
+                     "the new keys and values, so that the next call sees this one's tokens"),
+        )),
+    ),
+    mistakes=(
+        Mistake("not_rotated", "nothing is rotated: rotate the new queries and keys by apply_rope with the angles "
+                "of their positions, past ... past + new_len - 1", _raw_cache),
+    ),
+    errors=(
+        Raises("{what} raised {error}: concatenate the cached and the new keys (and values) along the positions "
+               "axis, dim=-2 of (batch, heads, positions, d_k)", match="Sizes of tensors must match",
+               example=lambda q, k, v, cache=None, base=10000.0: _step_variant()(
+                   q, k, v, None if cache is None else (cache[0].transpose(-2, -1), cache[1]), base)),
+    ),
+    figures=("rope-rotary_attention_step-figure",),
+)
+
+SPECS = (ROPE_ANGLES, APPLY_ROPE, ROTARY_MULTI_HEAD_ATTENTION, ROTARY_ATTENTION_STEP)

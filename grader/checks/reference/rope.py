@@ -74,3 +74,27 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
             mask = mask.unsqueeze(-3)
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         return self.W_o(merge_heads(out)), weights
+
+
+def rotary_attention_step(q, k, v, cache=None, base=10000.0):
+    """Causal rotary self-attention of new tokens after `past` cached ones (a decoder's step).
+
+    q, k, v (batch, heads, new_len, d_k), not rotated; cache None or (keys, values), each
+    (batch, heads, past, d_k), the keys rotated at positions 0 ... past - 1 -> (out (batch, heads,
+    new_len, d_k), (keys, values) of (batch, heads, past + new_len, d_k)): new token j sits at
+    position past + j and attends to keys 0 ... past + j (the causal mask aligned bottom-right).
+
+    Raises:
+        ValueError: q, k and v do not hold the same number of new tokens.
+    """
+    past = 0 if cache is None else cache[0].shape[-2]
+    new = q.shape[-2]
+    if k.shape[-2] != new or v.shape[-2] != new:
+        raise ValueError("q, k and v must hold the same number of new tokens")
+    angles = rope_angles(past + new, q.shape[-1], base)[past:]
+    q, k = apply_rope(q, angles), apply_rope(k, angles)
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+    mask = torch.ones(new, past + new, dtype=torch.bool).tril(diagonal=past)
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return out, (k, v)
