@@ -704,7 +704,7 @@ def _batch_learner(padding="left", positions="own", mask=True, every_step=True, 
             real = torch.arange(ids.shape[1])[None] < torch.tensor([len(p) for p in prompts])[:, None]
         else:
             ids, real = _left_padded(prompts, pad_id)
-        pos = torch.arange(ids.shape[1]).repeat(len(prompts), 1) if positions == "arange" else (
+        pos = torch.arange(ids.shape[1]).repeat(len(prompts), 1) if positions == "arange" or padding == "right" else (
             real.long().cumsum(1) - 1).clamp(min=0)
         out = torch.full((len(prompts), max_new_tokens), pad_id)
         done = torch.zeros(len(prompts), dtype=torch.bool)
@@ -714,7 +714,7 @@ def _batch_learner(padding="left", positions="own", mask=True, every_step=True, 
             allowed = torch.ones(n, total, dtype=torch.bool).tril(total - n)[None].repeat(len(prompts), 1, 1)
             if mask and (every_step or step == 0):
                 itself = torch.arange(total)[None, None, :] == torch.arange(total - n, total)[None, :, None]
-                allowed = allowed & (real[:, None, :] | itself)
+                allowed = allowed & (real[:, None, :] | (itself & (padding != "right")))
             nxt = _step(model, ids, pos, allowed[:, None], cache, lambda q, k, v, m: scaled_dot_product_attention(
                 q, k, v, m)[0]).argmax(-1).masked_fill(done, pad_id)
             out[:, step] = nxt
