@@ -33,16 +33,18 @@ Translation rules (Korean side, morpheme tokens; particles are separate tokens)
   cat that will eat").
 * Negation: the English long form ("did not") -> long Korean negation -지 않다
   (먹지 않았다 / 먹지 않는다 / 먹지 않을 것이다); the English contraction ("didn't")
-  -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).  With find and
-  catch, where not doing it is a failure and not a choice, 못 and -지 못하다 instead
-  (못 찾았다 / 찾지 못했다: "could not find"; 안 찾았다 would be "did not look for").
-* "finds" is 찾아낸다 (찾는다 would read "is looking for"); the other tenses use 찾다.
+  -> short negation 안 + verb (안 먹었다 / 안 먹는다 / 안 먹을 것이다).  With see, find
+  and catch, where not doing it is a failure and not a choice, 못 and -지 못하다 instead
+  (못 찾았다 / 찾지 못했다: "could not find"; 안 찾았다 would be "did not look for", 안
+  보았다 "did not look at").
+* "finds" is 찾아낸다 (찾는다 would read "is looking for"), and "will find" 찾아낼 것이다;
+  only the past uses 찾다 (찾았다, 찾은: "found").  The past relative of like is 좋아했던.
 * Existential: 있었다 / 있다 / 있을 것이다, negated 없었다 / 없다 / 없을 것이다.
 * Adjectives are given in 관형형 form: 큰, 작은, 빨간, 하얀, 검은, 예쁜, 배고픈, and for
-  "young" 어린 (a child, an animal) or 젊은 (an adult: 젊은 의사).  Colour words describe
-  animals and things, never people; "young" and "hungry" only what is alive.
-* Nouns: people (boy, girl, teacher, student, doctor, neighbour), animals (cat, dog,
-  fish, bird, bear, horse), things (apple, book, bread, rice).  Half of the Korean nouns
+  "young" 어린 (a child, an animal) or 젊은 (an adult: 젊은 의사).  Colour words, big and
+  small describe animals and things, never people; "young" and "hungry" only what is alive.
+* Nouns: people (boy, girl, teacher, student, doctor, king), animals (cat, dog,
+  fish, bird, bear, horse), things (apple, book, bread, flower).  Half of the Korean nouns
   end in a final consonant.  Sentences may still be absurd (the apple ate the bear): the
   grammar is the point, not the story.
 
@@ -67,17 +69,20 @@ from dataclasses import dataclass
 # English noun -> Korean noun. Half the nouns end in a final consonant (받침) and half do not,
 # so each particle pair (은/는, 이/가, 을/를) is seen equally often: 8 and 8. The words are the
 # plain nouns a Korean reader expects in plain-style sentences: 교사, not 선생님 (which would
-# need honorific verbs: 만드셨다, 계시다); 물고기, a living fish (생선 is fish as food).
+# need honorific verbs: 만드셨다, 계시다); 물고기, a living fish (생선 is fish as food); 왕, one
+# person (이웃, "neighbour", reads as people in general when it is a subject).
 NOUNS = {
     "cat": "고양이", "dog": "개", "fish": "물고기", "apple": "사과", "boy": "소년",
     "girl": "소녀", "teacher": "교사", "student": "학생", "book": "책", "bird": "새",
-    "bear": "곰", "horse": "말", "doctor": "의사", "bread": "빵", "rice": "밥",
-    "neighbour": "이웃",
+    "bear": "곰", "horse": "말", "doctor": "의사", "bread": "빵", "flower": "꽃",
+    "king": "왕",
 }
 # What each noun names, which decides the adjectives it takes (``ADJ_CLASSES``).
-PEOPLE = ("boy", "girl", "teacher", "student", "doctor", "neighbour")
+PEOPLE = ("boy", "girl", "teacher", "student", "doctor", "king")
 ANIMALS = ("cat", "dog", "fish", "bird", "bear", "horse")
-THINGS = ("apple", "book", "bread", "rice")
+THINGS = ("apple", "book", "bread", "flower")
+# "bread" is uncountable in English: an existential says "there was some bread", not "a bread".
+MASS_NOUNS = ("bread",)
 # English adjective -> Korean adnominal (관형형) form. "young" has two: 어린 for a child or an
 # animal (어린 소녀, 어린 고양이) and 젊은 for an adult (젊은 의사, never 어린 의사).
 ADJS = {
@@ -85,13 +90,13 @@ ADJS = {
     "pretty": "예쁜", "young": "어린", "hungry": "배고픈",
 }
 YOUNG_ADULT = "젊은"
-ADULTS = ("teacher", "doctor", "neighbour")
+ADULTS = ("teacher", "doctor", "king")
 # Which nouns an adjective may describe: colour words never describe a person (검은 학생 and
-# "the black student" read as race, in both languages); "young" and "hungry" only something
-# alive.
+# "the black student" read as race, in both languages); nor do big and small (큰 의사 reads "a
+# great doctor"; a Korean writer says 키가 큰); "young" and "hungry" only something alive.
 COLOURS = ("red", "white", "black")
 ADJ_CLASSES = {
-    "big": PEOPLE + ANIMALS + THINGS, "small": PEOPLE + ANIMALS + THINGS,
+    "big": ANIMALS + THINGS, "small": ANIMALS + THINGS,
     "pretty": PEOPLE + ANIMALS + THINGS,
     "red": ANIMALS + THINGS, "white": ANIMALS + THINGS, "black": ANIMALS + THINGS,
     "young": PEOPLE + ANIMALS, "hungry": PEOPLE + ANIMALS,
@@ -110,8 +115,8 @@ def adj_ko(adj: str, noun: str) -> str:
 # verb: English (base, 3sg present, past), Korean finite (past, present, -(으)ㄹ form),
 # relative (past, present, -(으)ㄹ), -지 stem (past, present, -(으)ㄹ).  For English "will": the
 # -(으)ㄹ form + "것이다" (conjecture or prediction, not a tense); "future" in the code names the
-# English tense.  "finds" is 찾아낸다 (찾는다 reads "is looking for"), so find's present forms,
-# and only those, are built on 찾아내다.
+# English tense.  "finds" is 찾아낸다 (찾는다 reads "is looking for"), so find's forms other
+# than the past (찾았다, 찾은: "found") are built on 찾아내다.
 def _same(stem: str) -> tuple[str, str, str]:
     return stem, stem, stem
 
@@ -119,26 +124,26 @@ def _same(stem: str) -> tuple[str, str, str]:
 VERBS = {
     "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       _same("먹지")),
     "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           _same("보지")),
-    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아한", "좋아하는", "좋아할"), _same("좋아하지")),
+    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아했던", "좋아하는", "좋아할"), _same("좋아하지")),
     "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       _same("잡지")),
     "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       _same("쫓지")),
-    "find":  (("find", "finds", "found"),     ("찾았다", "찾아낸다", "찾을"),     ("찾은", "찾아내는", "찾을"),   ("찾지", "찾아내지", "찾지")),
+    "find":  (("find", "finds", "found"),     ("찾았다", "찾아낸다", "찾아낼"),   ("찾은", "찾아내는", "찾아낼"), ("찾지", "찾아내지", "찾아내지")),
     "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       _same("돕지")),
     "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     _same("만들지")),
 }
 TENSES = ("past", "present", "future")
-# Negation, + 것이다 for English "will". 안 and -지 않다 say the subject did not do it; with find
-# and catch that reads "chose not to" (책을 안 찾았다: "did not look for the book"), so their
-# negation is 못 and -지 못하다, "could not": 책을 못 찾았다, 책을 찾지 못했다.
+# Negation, + 것이다 for English "will". 안 and -지 않다 say the subject did not do it; with see,
+# find and catch that reads "chose not to" (책을 안 찾았다: "did not look for the book"), so
+# their negation is 못 and -지 못하다, "could not": 책을 못 찾았다, 책을 찾지 못했다.
 NEG_FINITE = {"past": "않았다", "present": "않는다", "future": "않을"}
 CANNOT_FINITE = {"past": "못했다", "present": "못한다", "future": "못할"}
-CANNOT_VERBS = ("find", "catch")
+CANNOT_VERBS = ("see", "find", "catch")
 EXIST_KO = {False: ("있었다", "있다", "있을"), True: ("없었다", "없다", "없을")}
 PARTICLES = {"topic": ("은", "는"), "subj": ("이", "가"), "obj": ("을", "를")}
 
 # held-out combinations (never in training)
 HELDOUT_OBJECT_NOUNS = ("horse", "bird")          # 말 (받침) -> 을, 새 (no 받침) -> 를
-HELDOUT_ADJ_NOUN = (("red", "cat"), ("big", "fish"), ("small", "teacher"),
+HELDOUT_ADJ_NOUN = (("red", "cat"), ("big", "fish"), ("pretty", "teacher"),
                     ("white", "horse"), ("hungry", "bear"), ("pretty", "book"))
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -207,7 +212,9 @@ def en_verb(verb: str, tense: str, neg: str | None = None) -> list[str]:
 
 def en_np(np_: NP, det: str = "the") -> list[str]:
     words = ([np_.adj] if np_.adj else []) + [np_.noun]
-    if det == "a" and words[0][0] in "aeiou":
+    if det == "a" and np_.noun in MASS_NOUNS:
+        det = "some"
+    elif det == "a" and words[0][0] in "aeiou":
         det = "an"
     out = [det] + words
     if np_.rel is not None:
@@ -337,7 +344,7 @@ def heldout_combos(s: Sentence) -> set[str]:
 # the training data does not (the apple ate the bear teaches the grammar just as well).
 _ALIVE = PEOPLE + ANIMALS
 SENSIBLE_OBJECTS = {
-    "eat": ("fish", "apple", "bread", "rice"), "make": ("bread", "book"),
+    "eat": ("fish", "apple", "bread"), "make": ("bread", "book", "flower"),
     "see": tuple(NOUNS), "like": tuple(NOUNS), "find": tuple(NOUNS),
     "chase": _ALIVE, "catch": _ALIVE, "help": _ALIVE,
 }
@@ -424,7 +431,7 @@ class Vocab:
 
 def build_vocabs() -> tuple[Vocab, Vocab]:
     """Vocabularies from the lexicon (complete by construction, independent of data)."""
-    en = {"the", "a", "an", "no", "that", "there", "was", "is", "will", "be", "did", "does",
+    en = {"the", "a", "an", "some", "no", "that", "there", "was", "is", "will", "be", "did", "does",
           "not", "didn't", "doesn't", "won't"} | set(NOUNS) | set(ADJS)
     ko = set(NOUNS.values()) | set(ADJS.values()) | {YOUNG_ADULT, "안", "못", "것이다"}
     ko |= set(NEG_FINITE.values()) | set(CANNOT_FINITE.values())
@@ -628,9 +635,9 @@ EXAMPLES = [
     ("simple past", Sentence("trans", "past", None, NP("cat"), "eat", NP("fish"))),
     ("future", Sentence("trans", "future", None, NP("boy"), "make", NP("bread"))),
     ("long negation past (-지 않았다)", Sentence("trans", "past", "long", NP("dog"), "chase", NP("bear"))),
-    ("short negation present (안)", Sentence("trans", "present", "short", NP("girl"), "like", NP("rice"))),
+    ("short negation present (안)", Sentence("trans", "present", "short", NP("girl"), "like", NP("flower"))),
     ("short negation future, find: 못", Sentence("trans", "future", "short", NP("doctor", "young"), "find", NP("book"))),
-    ("long negation past, catch: -지 못했다", Sentence("trans", "past", "long", NP("neighbour"), "catch", NP("bird"))),
+    ("long negation past, catch: -지 못했다", Sentence("trans", "past", "long", NP("king"), "catch", NP("bird"))),
     ("present of find: 찾아낸다", Sentence("trans", "present", None, NP("dog"), "find", NP("apple"))),
     ("adjectives", Sentence("trans", "past", None, NP("cat", "big"), "see", NP("bird", "red"))),
     ("object-gap relative on subject (the brief's example)",

@@ -572,6 +572,135 @@ def _window_no_check(seq_len, window):
     return (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
 
 
+# ---------------------------------------------------------------- flash_backward
+
+def flash2_backward(slip=None):
+    """FlashAttention-2's loop order written out (Dao 2023, Algorithm 2): the query blocks outside, the key
+    blocks inside, D of the query block first, float32 throughout, an einsum for every product, the tiles
+    wholly above the diagonal skipped. ``slip`` is one learner's mistake."""
+    @blocks_checked
+    def flash_backward(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+        query, key, value, out, lse, grad_out = (t.float() for t in (query, key, value, out, lse, grad_out))
+        n_q, n_k, d_k = query.size(-2), key.size(-2), query.size(-1)
+        shift = n_k - n_q if slip != "top-left" else 0
+        dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        for qs in range(0, n_q, q_block):
+            qe = min(qs + q_block, n_q)
+            q, o, do, L = query[..., qs:qe, :], out[..., qs:qe, :], grad_out[..., qs:qe, :], lse[..., qs:qe]
+            D = (do * o).sum(-1) if slip != "no D" else torch.zeros_like(L)
+            for ks in range(0, n_k, k_block):
+                ke = min(ks + k_block, n_k)
+                if causal and slip != "no mask" and ks > qe - 1 + shift:
+                    break                                   # every later key block is hidden from these queries
+                k, v = key[..., ks:ke, :], value[..., ks:ke, :]
+                s = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(d_k)
+                p = torch.exp(s - L.unsqueeze(-1)) if slip != "no L" else torch.exp(s)
+                if causal and slip != "no mask":
+                    hidden = torch.arange(ks, ke)[None, :] > torch.arange(qs, qe)[:, None] + shift
+                    p = p.masked_fill(hidden, 0.0)
+                dv[..., ks:ke, :] += torch.einsum("...ij,...id->...jd", p, do)
+                dp = torch.einsum("...id,...jd->...ij", do, v)
+                ds = p * (dp - D.unsqueeze(-1))
+                dq[..., qs:qe, :] += torch.einsum("...ij,...jd->...id", ds, k) / math.sqrt(d_k)
+                dk[..., ks:ke, :] += torch.einsum("...ij,...id->...jd", ds, q) / (
+                    math.sqrt(d_k) if slip != "dK unscaled" else 1.0)
+        return dq, dk, dv
+    return flash_backward
+
+
+@blocks_checked
+def _backward_algorithm_4(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """Dao et al. (2022), Algorithm 4's loop order: the key blocks outside; D_i = rowsum(dO_i * O_i)
+    recomputed in every tile (as FlashAttention-1 does); the scale put on Q once, so that dQ is
+    dS K times the scale; the causal mask from a bottom-right tril."""
+    scale = 1 / math.sqrt(query.shape[-1])
+    q_scaled = query * scale
+    dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    visible = torch.ones(n_q, n_k, dtype=torch.bool).tril(diagonal=n_k - n_q)
+    for j in range(0, n_k, k_block):
+        K_j, V_j = key[..., j:j + k_block, :], value[..., j:j + k_block, :]
+        for i in range(0, n_q, q_block):
+            S = q_scaled[..., i:i + q_block, :] @ K_j.mT
+            P = torch.exp(S - lse[..., i:i + q_block].unsqueeze(-1))
+            if causal:
+                P = P * visible[i:i + q_block, j:j + k_block]
+            dO_i = grad_out[..., i:i + q_block, :]
+            dv[..., j:j + k_block, :] += P.mT @ dO_i
+            D_i = (dO_i * out[..., i:i + q_block, :]).sum(-1, keepdim=True)
+            dS = P * (dO_i @ V_j.mT - D_i)
+            dq[..., i:i + q_block, :] += dS @ K_j * scale
+            dk[..., j:j + k_block, :] += dS.mT @ q_scaled[..., i:i + q_block, :]
+    return dq, dk, dv
+
+
+@blocks_checked
+def _backward_dv_wrong_side(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """dV's tile as dO^T P: its axes swapped."""
+    grads = list(flash2_backward()(query, key, value, out, lse, grad_out, q_block, k_block, causal))
+    for ks in range(0, key.shape[-2], k_block):
+        for qs in range(0, query.shape[-2], q_block):
+            s = query[..., qs:qs + q_block, :] @ key[..., ks:ks + k_block, :].mT / math.sqrt(query.shape[-1])
+            grads[2][..., ks:ks + k_block, :] += grad_out[..., qs:qs + q_block, :].mT @ torch.exp(
+                s - lse[..., qs:qs + q_block, None])
+    return tuple(grads)
+
+
+# ---------------------------------------------------------------- rolling_cache_attention
+
+def rolling_sdpa(slip=None):
+    """One step at a time through PyTorch's attention over the slots written so far, float32, the slot
+    from a write pointer that wraps round (ring buffer). ``slip`` is one learner's mistake."""
+    def rolling_cache_attention(query, key, value, window):
+        if window < 1:
+            raise ValueError("the buffer needs at least one slot")
+        query, key, value = query.float(), key.float(), value.float()
+        k_buf = torch.zeros(*key.shape[:-2], window, key.shape[-1])
+        v_buf = torch.zeros(*value.shape[:-2], window, value.shape[-1])
+        outputs, pointer, written = [], 0, 0
+        for t in range(query.shape[-2]):
+            if slip == "roll":                          # shift everything left, newest at the end
+                k_buf, v_buf = k_buf.roll(-1, dims=-2), v_buf.roll(-1, dims=-2)
+                k_buf[..., -1, :], v_buf[..., -1, :] = key[..., t, :], value[..., t, :]
+            else:
+                k_buf[..., pointer, :], v_buf[..., pointer, :] = key[..., t, :], value[..., t, :]
+                pointer = (pointer + 1) % window
+            written = min(written + 1, window)
+            held = slice(window - written, window) if slip == "roll" else slice(0, window if slip == "zeros" else written)
+            outputs.append(F.scaled_dot_product_attention(query[..., t:t + 1, :], k_buf[..., held, :], v_buf[..., held, :]))
+        return torch.cat(outputs, dim=-2), k_buf, v_buf
+    return rolling_cache_attention
+
+
+def _rolling_einsum(query, key, value, window):
+    """numpy-like indexing of the slot, einsum scores, float64."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    *lead, n, d_k = query.shape
+    kc, vc = key.new_zeros(*lead, window, d_k), value.new_zeros(*lead, window, value.shape[-1])
+    out = []
+    for t in range(n):
+        kc[..., t % window, :] = key[..., t, :]
+        vc[..., t % window, :] = value[..., t, :]
+        n_held = t + 1 if t < window else window
+        w = torch.softmax(torch.einsum("...d,...jd->...j", query[..., t, :], kc[..., :n_held, :]) / math.sqrt(d_k), -1)
+        out.append(torch.einsum("...j,...jd->...d", w, vc[..., :n_held, :]))
+    return torch.stack(out, dim=-2), kc, vc
+
+
+def _rolling_growing(query, key, value, window):
+    """The cache as a list that grows; the window applied by slicing the last window entries."""
+    if window < 1:
+        raise ValueError("window must be positive")
+    keys, values, out = [], [], []
+    for t in range(query.shape[-2]):
+        keys.append(key[..., t, :])
+        values.append(value[..., t, :])
+        k, v = torch.stack(keys[-window:], -2), torch.stack(values[-window:], -2)
+        out.append(F.scaled_dot_product_attention(query[..., t:t + 1, :], k, v)[..., 0, :])
+    return torch.stack(out, -2), torch.stack(keys, -2), torch.stack(values, -2)
+
+
 MISTAKES = {
     "efficient_attention-online_softmax": [
         (_online_torch_no_rescale, "not rescaled when the running maximum grows"),
@@ -598,6 +727,15 @@ MISTAKES = {
         (tiled_flash2(scale=lambda d_k: d_k ** 0.5), "it multiplies the scores by sqrt(d_k)"),
         (tiled_flash2(skipped=lambda k_start, last_query: k_start >= last_query), "it skips one tile too many"),
     ],
+    "efficient_attention-flash_backward": [
+        (flash2_backward("no D"), "D is missing from dS"),
+        (flash2_backward("no L"), "without subtracting the log-sum-exp"),
+        (flash2_backward("dK unscaled"), "dK is missing the scale"),
+        (flash2_backward("no mask"), "the causal mask is not applied in the backward"),
+        (flash2_backward("top-left"), "the causal mask is aligned top-left"),
+        (_backward_dv_wrong_side, "A product of a tile has the wrong axes"),
+        (stub, "not answered yet"),
+    ],
     "efficient_attention-grouped_query_attention": [
         (_gqa_repeat, "reads key/value head h % kv_heads"),
         (_gqa_modulo_loop, "reads key/value head h % kv_heads"),
@@ -622,6 +760,12 @@ MISTAKES = {
         (_window_no_check, "it should raise ValueError"),
         (stub, "not answered yet"),
     ],
+    "efficient_attention-rolling_cache_attention": [
+        (rolling_sdpa("roll"), "the buffer is shifted by one slot at every step"),
+        (rolling_sdpa("zeros"), "the slots not yet written (zeros) take part in the softmax"),
+        (_rolling_growing, "the cache keeps every token"),
+        (stub, "not answered yet"),
+    ],
 }
 
 VARIANTS = {
@@ -639,6 +783,10 @@ VARIANTS = {
         flash_algorithm_1(),
         tiled_flash2(),
     ],
+    "efficient_attention-flash_backward": [
+        flash2_backward(),
+        _backward_algorithm_4,
+    ],
     "efficient_attention-grouped_query_attention": [
         _gqa_grouped_view,
         _gqa_per_head,
@@ -653,6 +801,10 @@ VARIANTS = {
         _window_torch,
         _window_difference,
         _window_lists,
+    ],
+    "efficient_attention-rolling_cache_attention": [
+        rolling_sdpa(),
+        _rolling_einsum,
     ],
 }
 
@@ -707,3 +859,44 @@ def test_checks_do_not_trust_inputs_changed_in_place():
         x /= x.sum(axis=-1, keepdims=True)
         return x
     check("efficient_attention-online_softmax", in_place)
+
+
+def test_the_bottom_right_causal_mask_is_pytorch_s_causal_lower_right():
+    """The mask flash_backward's docstring and the hidden checks use (key j <= i + k_len - q_len) is
+    torch.nn.attention.bias.causal_lower_right's: the same attention through SDPA, for q_len below, at and
+    (with fully masked rows left out) equal to k_len; and is_causal=True's upper-left one when q_len = k_len."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from grader.checks.reference.efficient_attention import causal_lower_right as mask_of
+
+    torch.manual_seed(4)
+    for q_len, k_len in [(1, 6), (3, 5), (5, 13), (7, 7)]:
+        q, k, v = torch.randn(2, 3, q_len, 4), torch.randn(2, 3, k_len, 4), torch.randn(2, 3, k_len, 5)
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=mask_of(q_len, k_len)),
+                                   F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q_len, k_len)))
+    assert torch.equal(mask_of(7, 7), torch.ones(7, 7, dtype=torch.bool).tril())
+    assert mask_of(3, 5)[-1].all() and not mask_of(3, 5)[0, 4], "the last query sees every key, the first not the last"
+
+
+def test_flash_backward_matches_autograd_for_many_tile_shapes(efficient_attention_notebook):
+    """The notebook's claim, beyond the hidden questions: its flash_backward, given O and L of the forward
+    (the reference's, as the hidden checks give them), gives autograd's gradients through PyTorch's attention
+    for any tiles, with the mask aligned bottom-right."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    from grader.checks.reference.efficient_attention import flash_forward as forward
+
+    backward = efficient_attention_notebook["flash_backward"]
+    torch.manual_seed(5)
+    for q_len, k_len in [(9, 9), (5, 12)]:
+        leaves = [torch.randn(2, 2, n, d, dtype=torch.float64, requires_grad=True)
+                  for n, d in ((q_len, 6), (k_len, 6), (k_len, 3))]
+        grad_out = torch.randn(2, 2, q_len, 3, dtype=torch.float64)
+        for causal in (False, True):
+            mask = causal_lower_right(q_len, k_len) if causal else None
+            want = torch.autograd.grad(F.scaled_dot_product_attention(*leaves, attn_mask=mask), leaves, grad_out)
+            for q_block, k_block in [(1, 12), (12, 1), (2, 5), (5, 2), (20, 3)]:
+                out, lse = forward(*(t.detach() for t in leaves), q_block, k_block, causal=causal)
+                got = backward(*(t.detach() for t in leaves), out, lse, grad_out, q_block, k_block, causal=causal)
+                for g, w in zip(got, want):
+                    torch.testing.assert_close(g, w)

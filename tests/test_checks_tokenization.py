@@ -9,6 +9,7 @@ pass (another algorithm, numpy or torch ids, Counter or dict).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -491,6 +492,87 @@ def _decode_upper_check_only(ids, tokens):
     return data.decode("utf-8", errors="replace")
 
 
+# ---------------------------------------------------------------- to_jamo
+
+def _jamo_checked(convert, refuse=lambda text: any("\u1100" <= ch <= "\u11ff" for ch in text)):
+    def to_jamo(text):
+        if refuse(text):
+            raise ValueError("compose the text first: unicodedata.normalize('NFC', text)")
+        return convert(text)
+    return to_jamo
+
+
+def _nfd_syllables(form="NFD"):
+    return lambda text: "".join(unicodedata.normalize(form, ch) if "가" <= ch <= "힣" else ch for ch in text)
+
+
+def _by_hand(vowel=lambda s: s % 588 // 28, base=0xAC00):
+    """The Unicode Standard's arithmetic, as a learner writes it from a Korean blog post."""
+    def to_jamo(text):
+        out = []
+        for ch in text:
+            if 0xAC00 <= ord(ch) <= 0xD7A3:
+                s = ord(ch) - base
+                out += [chr(0x1100 + s // 588), chr(0x1161 + vowel(s))]
+                if s % 28:
+                    out.append(chr(0x11A7 + s % 28))
+            else:
+                out.append(ch)
+        return "".join(out)
+    return to_jamo
+
+
+def _jamo_regex(text):
+    if re.search("[\u1100-\u11ff]", text):
+        raise ValueError("already decomposed: unicodedata.normalize('NFC', text) first")
+    return re.sub("[가-힣]", lambda m: unicodedata.normalize("NFD", m.group()), text)
+
+
+def _jamo_list(text):
+    return list(_jamo_regex(text))
+
+
+def _compose_by_hand(text):
+    """Syllables by the arithmetic of the Unicode Standard (3.12), letter by letter."""
+    out, i = [], 0
+    while i < len(text):
+        if i + 1 < len(text) and 0x1100 <= ord(text[i]) <= 0x1112 and 0x1161 <= ord(text[i + 1]) <= 0x1175:
+            L, V, T = ord(text[i]) - 0x1100, ord(text[i + 1]) - 0x1161, 0
+            if i + 2 < len(text) and 0x11A8 <= ord(text[i + 2]) <= 0x11C2:
+                T = ord(text[i + 2]) - 0x11A7
+            out.append(chr(0xAC00 + (L * 21 + V) * 28 + T))
+            i += 3 if T else 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _compose_groups(text):
+    from itertools import groupby
+    return "".join(unicodedata.normalize("NFC", "".join(run)) if jamo else "".join(run)
+                   for jamo, run in groupby(text, key=lambda ch: "\u1100" <= ch <= "\u11ff"))
+
+
+def _compose_syllables(text):
+    return re.sub("[\u1100-\u1112][\u1161-\u1175][\u11a8-\u11c2]?",
+                  lambda m: unicodedata.normalize("NFC", m.group()), text)
+
+
+def _compose_unchecked(text):
+    """By hand, but reads the letter after every leading consonant, there or not."""
+    out, i = [], 0
+    while i < len(text):
+        if 0x1100 <= ord(text[i]) <= 0x1112 and 0x1161 <= ord(text[i + 1]) <= 0x1175:
+            T = ord(text[i + 2]) - 0x11A7 if i + 2 < len(text) and 0x11A8 <= ord(text[i + 2]) <= 0x11C2 else 0
+            out.append(chr(0xAC00 + ((ord(text[i]) - 0x1100) * 21 + ord(text[i + 1]) - 0x1161) * 28 + T))
+            i += 3 if T else 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -563,6 +645,26 @@ MISTAKES = {
         (lambda ids, tokens: [ref.bpe_decode([i], tokens) for i in ids], "should return one str"),
         (stub, "not answered yet"),
     ],
+    "tokenization-to_jamo": [
+        (_nfd_syllables(), "for a text already decomposed (NFD): it returned a value; it should raise ValueError"),
+        (_jamo_checked(_nfd_syllables(), refuse=lambda text: unicodedata.normalize("NFC", text) != text),
+         "only conjoining jamo (U+1100..U+11FF) are refused"),
+        (_jamo_checked(_by_hand(vowel=lambda s: s % 588 // 21)), "its jamo differ from NFD's"),
+        (_jamo_checked(_by_hand(base=0xAC01)), "jamo where NFD gives"),
+        (_jamo_checked(lambda text: _nfd_syllables()(text).replace("\t", "    ")), "spaces, tabs or line breaks"),
+        (_jamo_list, "returns a list of symbols"),
+        (lambda text: print(_jamo_regex(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-from_jamo": [
+        (lambda text: " ".join(unicodedata.normalize("NFC", word) for word in text.split(" ")),
+         "NFC on the whole text also changes"),
+        (_compose_unchecked, "a letter can stand alone at the end"),
+        (lambda text: list(_compose_groups(text)), "returns a list of symbols"),
+        (lambda text: _compose_syllables(text).replace("\n", " "), "spaces, tabs or line breaks"),
+        (lambda text: print(_compose_groups(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -576,6 +678,10 @@ VARIANTS = {
     "tokenization-bpe_encode": [_encoder(_in_order), _encoder(_by_rank), _encode_as(np.array), _encode_as(torch.tensor),
                                 _encode_as(tuple)],
     "tokenization-bpe_decode": [_decode_bytes_join, _decode_byte_list],
+    # the arithmetic of the Unicode Standard (3.12), NFKD syllable by syllable (a Hangul syllable
+    # has no compatibility decomposition), a regular expression
+    "tokenization-to_jamo": [_jamo_checked(_by_hand()), _jamo_checked(_nfd_syllables("NFKD")), _jamo_regex],
+    "tokenization-from_jamo": [_compose_by_hand, _compose_groups, _compose_syllables],
 }
 
 

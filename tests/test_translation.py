@@ -58,11 +58,11 @@ def test_half_of_the_nouns_end_in_a_final_consonant():
 
 @pytest.mark.parametrize("tense", tt.TENSES)
 @pytest.mark.parametrize("verb", sorted(tt.VERBS))
-def test_find_and_catch_are_negated_with_mot_the_others_with_an(verb, tense):
+def test_see_find_and_catch_are_negated_with_mot_the_others_with_an(verb, tense):
     short = tt.ko_verb(verb, tense, "short")
     long = tt.ko_verb(verb, tense, "long")
-    if verb in ("find", "catch"):
-        # not finding or not catching is a failure, not a choice: 못 찾았다, 찾지 못했다
+    if verb in ("see", "find", "catch"):
+        # not seeing, finding or catching is a failure, not a choice: 못 찾았다, 찾지 못했다
         assert short[0] == "못", short
         assert long[1].startswith("못"), long
         assert not {"안", *tt.NEG_FINITE.values()} & {*short, *long}
@@ -76,9 +76,10 @@ def test_finds_is_chajanaenda_and_never_chatneunda(sentences):
     assert tt.ko_verb("find", "present", None) == ["찾아낸다"]
     assert tt.ko_verb("find", "present", "long") == ["찾아내지", "못한다"]
     assert tt.ko_verb("find", "past", None) == ["찾았다"]
+    assert tt.ko_verb("find", "future", None) == ["찾아낼", "것이다"]
     korean = {tok for _, _, ko in sentences for tok in ko}
-    assert "찾는다" not in korean and "찾는" not in korean  # "is looking for"
-    assert {"찾아낸다", "찾아내는"} <= korean
+    assert not korean & {"찾는다", "찾는", "찾을"}  # "is looking for", "will look for"
+    assert {"찾아낸다", "찾아내는", "찾아낼"} <= korean
 
 
 def test_young_is_jeolmeun_for_an_adult_and_eorin_for_a_child_or_an_animal(sentences):
@@ -94,16 +95,16 @@ def test_young_is_jeolmeun_for_an_adult_and_eorin_for_a_child_or_an_animal(sente
     assert {"젊은", "어린"} <= seen
 
 
-def test_no_colour_word_describes_a_person_in_either_language(sentences):
-    for a, n in itertools.product(tt.COLOURS, tt.PEOPLE):
+def test_no_colour_word_nor_size_describes_a_person_in_either_language(sentences):
+    for a, n in itertools.product(tt.COLOURS + ("big", "small"), tt.PEOPLE):
         with pytest.raises(ValueError, match="never says"):
             tt.adj_ko(a, n)
     coloured = 0
     for _, en, ko in sentences:
         for adj, noun in pairs(en):
-            assert not (adj in tt.COLOURS and noun in tt.PEOPLE), en
+            assert not (adj in tt.COLOURS + ("big", "small") and noun in tt.PEOPLE), en
         for adj, noun in pairs(ko):
-            assert not (adj in KO_COLOURS and noun in KO_PEOPLE), ko
+            assert not (adj in KO_COLOURS | {"큰", "작은"} and noun in KO_PEOPLE), ko
             coloured += adj in KO_COLOURS
     assert coloured > 100  # colour words are still there, on animals and things
 
@@ -120,7 +121,15 @@ def test_every_korean_token_is_in_the_vocabulary(sentences):
     assert used <= set(ko_vocab.itos)
     # and the vocabulary holds no word the grammar never writes (찾는다, the old nouns)
     never = set(ko_vocab.itos) - used - set(tt.SPECIALS)
-    assert not never & {"찾는다", "선생님", "생선", "우유", "친구"}
+    assert not never & {"찾는다", "선생님", "생선", "우유", "친구", "이웃", "밥"}
+
+
+def test_bread_is_uncountable_and_the_past_relative_of_like_is_joahaetdeon():
+    exist = lambda noun, neg=None: tt.to_english(tt.Sentence("exist", "past", neg, tt.NP(noun)))
+    assert exist("bread") == ["there", "was", "some", "bread"]
+    assert exist("bread", "long") == ["there", "was", "no", "bread"]
+    assert exist("apple") == ["there", "was", "an", "apple"] and exist("book")[2] == "a"
+    assert tt.VERBS["like"][2][0] == "좋아했던"
 
 
 def test_events_read_back_who_does_what_to_whom_from_the_english(sentences):
@@ -147,3 +156,11 @@ def test_plausible_sentences_have_living_subjects_and_sensible_objects():
     assert not tt.plausible("the doctor that the girl will eat eats the cat".split())  # a girl eats a doctor
     assert not tt.plausible("the boy made the horse".split())
     assert not tt.plausible("the teacher that the teacher helped ate the bread".split())
+
+
+def test_every_held_out_pair_is_one_the_grammar_writes_and_translates_word_by_word():
+    """A held-out adjective-noun pair tests composition: the grammar must be able to write it,
+    and its Korean must be the adjective's usual form (not 젊은, seen only on other adults)."""
+    for adj, noun in tt.HELDOUT_ADJ_NOUN:
+        assert noun in tt.ADJ_CLASSES[adj], (adj, noun)
+        assert tt.adj_ko(adj, noun) == tt.ADJS[adj], (adj, noun)

@@ -9,6 +9,7 @@ function, and the visible test cell must fail at that assert or at one before it
 """
 from __future__ import annotations
 
+import math
 import re
 import traceback
 import warnings
@@ -147,6 +148,38 @@ def _heads_not_consecutive(implementation) -> bool:
     return not np.allclose(_np(read), (np.arange(6) // 3)[:, None], atol=1e-6)
 
 
+def _gradients_differ(implementation) -> bool:
+    """FlashAttention's backward: some gradient differs from autograd's through the naive attention,
+    with or without the causal mask (aligned bottom-right), 5 queries over 7 keys in tiles of 2 by 3."""
+    from grader.checks.reference.efficient_attention import causal_lower_right, flash_forward
+
+    q, k, v = (torch.as_tensor(_rng().normal(size=(1, 2, n, d))) for n, d in ((5, 3), (7, 3), (7, 4)))
+    grad_out = torch.as_tensor(_rng().normal(size=(1, 2, 5, 4)))
+    for causal in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        scores = leaves[0] @ leaves[1].transpose(-2, -1) / math.sqrt(3)
+        if causal:
+            scores = scores.masked_fill(~causal_lower_right(5, 7), float("-inf"))
+        want = torch.autograd.grad(torch.softmax(scores, dim=-1) @ leaves[2], leaves, grad_out)
+        with torch.no_grad():
+            got = implementation(q, k, v, *flash_forward(q, k, v, 2, 3, causal), grad_out, 2, 3, causal=causal)
+        if not all(np.allclose(_np(g), _np(w), atol=1e-6) for g, w in zip(got, want)):
+            return True
+    return False
+
+
+def _window_outputs_differ(implementation) -> bool:
+    """The rolling buffer: some step's output differs from attention with the sliding-window mask."""
+    from grader.checks.reference.efficient_attention import sliding_window_mask
+
+    q, k, v = (torch.as_tensor(_rng().normal(size=(2, 9, d))) for d in (3, 3, 4))
+    with torch.no_grad():
+        got = implementation(q, k, v, 4)[0]
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(3)).masked_fill(~torch.from_numpy(sliding_window_mask(9, 4)),
+                                                                       float("-inf"))
+        return not np.allclose(_np(got), _np(torch.softmax(scores, dim=-1) @ v), atol=1e-6)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -179,6 +212,10 @@ PROPERTIES = (
              _skipped_tile_read),
     Property("efficient_attention-grouped_query_attention", "query head {h} attends with key/value head",
              _heads_not_consecutive),
+    Property("efficient_attention-flash_backward", "yours vs autograd through the naive attention",
+             _gradients_differ),
+    Property("efficient_attention-rolling_cache_attention", "every step's output vs attention with the",
+             _window_outputs_differ),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

@@ -138,3 +138,24 @@ def drive_bpe_decode(fn: Any) -> Any:
                             "pieces with ''.join(...)")
         return text
     return run
+
+
+def _text_driver(name: str) -> Any:
+    """A driver of a text -> text function: the answer must be one str (a list of symbols is named)."""
+    def drive(fn: Any) -> Any:
+        def run(text):
+            result = fn(text)
+            if result is None:
+                return None
+            if isinstance(result, (list, tuple)) and all(isinstance(s, str) for s in result):
+                raise TypeError(f"{name} should return one str, but it returns a list of symbols: join them, "
+                                "''.join(...), so that the text's other characters and spaces stay as they are")
+            if not isinstance(result, str):
+                raise TypeError(f"{name} should return one str, but it returns a {type(result).__name__}")
+            return result
+        return run
+    return drive
+
+
+drive_to_jamo = _text_driver("to_jamo")      # to_jamo(text) -> text
+drive_from_jamo = _text_driver("from_jamo")  # from_jamo(text) -> text

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from typing import Callable
 
 import numpy as np
@@ -903,4 +904,365 @@ SLIDING_WINDOW_MASK = Spec(
     ),
 )
 
-SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK)
+
+# ---------------------------------------------------------------------------- flash_backward
+def _backward_inputs(rng: np.random.Generator) -> list[Call]:
+    """Q, K, V drawn as tiled_attention's (scores rising along the keys), their O and L from the
+    reference's forward, and an upstream gradient dO drawn apart from O (so that D = rowsum(dO * O)
+    is no multiple of anything else)."""
+    calls = []
+
+    def ask(q_block: int, k_block: int, causal: bool, sizes: tuple, note: str = "", arrays=None) -> None:
+        query, key, value = arrays or _qkv(rng, *sizes)
+        out, lse = (t.numpy() for t in ref.flash_forward(*(torch.from_numpy(a) for a in (query, key, value)),
+                                                          q_block, k_block, causal))
+        grad_out = rng.normal(size=out.shape)
+        kwargs = {"causal": True} if causal else {}
+        flag = ", causal=True" if causal else ""
+        calls.append(Call((query, key, value, out, lse, grad_out, q_block, k_block), kwargs,
+                          what=f"flash_backward(query, key, value, out, lse, grad_out, {q_block}, {k_block}{flag}) "
+                               f"for {_shapes(query, key, value)}{note}"))
+
+    ask(3, 4, False, (2, 3, 7, 11, 4, 5))             # 1. q_len != k_len, blocks that divide neither length
+    ask(4, 3, True, (2, 3, 6, 10, 4, 5), ", 6 queries over 10 keys (the mask aligned bottom-right)")
+    ask(2, 4, True, (2, 3, 9, 9, 5, 3))               # 3. causal self-attention, the diagonal off the tiles' corners
+    ask(16, 16, False, (1, 2, 5, 6, 3, 4), ", one tile holding everything")
+    ask(1, 1, True, (1, 2, 4, 7, 3, 2), ", tiles of one query and one key")
+    query, key, value = (t[0] for t in _qkv(rng, 1, 3, 6, 8, 4, 2))
+    ask(4, 3, True, (), ", no batch axis", (query, key, value))  # 6. the leading axes are any
+    # 7-8. block sizes below 1 raise ValueError, as the docstring says
+    query, key, value = _qkv(rng, 1, 2, 4, 5, 3, 3)
+    out, lse = (t.numpy() for t in ref.flash_forward(*(torch.from_numpy(a) for a in (query, key, value)), 2, 2))
+    for q_block, k_block in [(0, 2), (2, -1)]:
+        calls.append(Call((query, key, value, out, lse, rng.normal(size=out.shape), q_block, k_block),
+                          raises="ValueError",
+                          what=f"flash_backward(query, key, value, out, lse, grad_out, {q_block}, {k_block}) for "
+                               f"{_shapes(query, key, value)}"))
+    return calls
+
+
+def _backward_variant(delta: str = "rowsum(dO * O)", probs: str = "exp(S - L)", scale_scores: bool = True,
+                      scale_dq: bool = True, scale_dk: bool = True, mask: str = "bottom_right",
+                      sign: str = "dP - D", dq_sum: str = "accumulated"):
+    """A learner's FlashAttention backward with its choices: D (``delta``: FlashAttention-2's rowsum(dO * O),
+    omitted, or the tile's own rowsum(P * dP)), how P is recomputed (``probs``: from L, without L, or a softmax
+    of the tile), the scale in S, dQ and dK, the causal mask's alignment, dS's sign, and dQ accumulated over
+    the key blocks or overwritten by each."""
+    @_blocks_checked
+    def flash_backward(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+        q_len, k_len = query.shape[-2], key.shape[-2]
+        scale = query.shape[-1] ** -0.5
+        d_all = (grad_out * out).sum(dim=-1, keepdim=True)
+        dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+        for ks in range(0, k_len, k_block):
+            k, v = key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :]
+            for qs in range(0, q_len, q_block):
+                q, do = query[..., qs:qs + q_block, :], grad_out[..., qs:qs + q_block, :]
+                s = q @ k.transpose(-2, -1) * (scale if scale_scores else 1.0)
+                rows, cols = s.shape[-2:]
+                allowed = torch.ones(rows, cols, dtype=torch.bool)
+                if causal and mask != "none":
+                    shift = k_len - q_len if mask == "bottom_right" else 0
+                    allowed = torch.arange(ks, ks + cols)[None, :] <= torch.arange(qs, qs + rows)[:, None] + shift
+                if probs == "exp(S - L)":
+                    p = torch.exp(s - lse[..., qs:qs + q_block, None]).masked_fill(~allowed, 0.0)
+                elif probs == "exp(S)":
+                    p = torch.exp(s).masked_fill(~allowed, 0.0)
+                else:  # a softmax of the tile
+                    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+                dv[..., ks:ks + cols, :] += p.transpose(-2, -1) @ do
+                dp = do @ v.transpose(-2, -1)
+                d = {"rowsum(dO * O)": d_all[..., qs:qs + rows, :], "omitted": 0.0,
+                     "tile": (p * dp).sum(dim=-1, keepdim=True)}[delta]
+                ds = p * (dp - d if sign == "dP - D" else d - dp)
+                grad_q = ds @ k * (scale if scale_dq else 1.0)
+                if dq_sum == "accumulated":
+                    dq[..., qs:qs + rows, :] += grad_q
+                else:
+                    dq[..., qs:qs + rows, :] = grad_q
+                dk[..., ks:ks + cols, :] += ds.transpose(-2, -1) @ q * (scale if scale_dk else 1.0)
+        return dq, dk, dv
+    return flash_backward
+
+
+@_blocks_checked
+def _backward_full_block_mask(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """The causal mask built from q_block and k_block, not from the tile's own (shorter) size."""
+    scale = query.shape[-1] ** -0.5
+    offset = key.shape[-2] - query.shape[-2]
+    d = (grad_out * out).sum(dim=-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
+    for ks in range(0, key.shape[-2], k_block):
+        k, v = key[..., ks:ks + k_block, :], value[..., ks:ks + k_block, :]
+        for qs in range(0, query.shape[-2], q_block):
+            q, do = query[..., qs:qs + q_block, :], grad_out[..., qs:qs + q_block, :]
+            p = torch.exp(q @ k.transpose(-2, -1) * scale - lse[..., qs:qs + q_block, None])
+            if causal:
+                p = p.masked_fill(torch.arange(ks, ks + k_block)[None, :]
+                                  > torch.arange(qs, qs + q_block)[:, None] + offset, 0.0)
+            dv[..., ks:ks + k_block, :] += p.transpose(-2, -1) @ do
+            ds = p * (do @ v.transpose(-2, -1) - d[..., qs:qs + q_block, :])
+            dq[..., qs:qs + q_block, :] += ds @ k * scale
+            dk[..., ks:ks + k_block, :] += ds.transpose(-2, -1) @ q * scale
+    return dq, dk, dv
+
+
+@_blocks_checked
+def _backward_dv_untransposed(query, key, value, out, lse, grad_out, q_block, k_block, causal=False):
+    """dV's tile as P dO instead of P^T dO."""
+    dq, dk, dv = ref.flash_backward(query, key, value, out, lse, grad_out, q_block, k_block, causal)
+    for ks in range(0, key.shape[-2], k_block):
+        for qs in range(0, query.shape[-2], q_block):
+            p = torch.exp(query[..., qs:qs + q_block, :] @ key[..., ks:ks + k_block, :].transpose(-2, -1)
+                          / query.shape[-1] ** 0.5 - lse[..., qs:qs + q_block, None])
+            dv[..., ks:ks + k_block, :] += p @ grad_out[..., qs:qs + q_block, :]
+    return dq, dk, dv
+
+
+# A diagnosis that says only that values differ (the engine's last resort), replaced by where the
+# three gradients place the mistake: dV = P^T dO reads P alone; dQ and dK read dS; each its own scale.
+_UNLOCATED = re.compile(r"but wrong values|contains? NaN or infinity where")
+
+
+def _located(right: tuple[bool, ...], call: Call) -> str:
+    """Where a wrong answer's mistake lies, from which of (dQ, dK, dV) are right."""
+    mask = " and, with causal=True, P_ij = 0 where key j > i + k_len - q_len" if _causal(call) else ""
+    if not right[2]:
+        return ("dV is wrong, and dV = P^T dO reads nothing but the recomputed P and dO: check P_ij = exp(S_ij - "
+                f"L_i), with S = Q K^T / sqrt(d_k) (the forward's scores) and L = lse{mask}, and that each tile's "
+                "P^T dO is added to the rows of its key block")
+    if not right[0] and not right[1]:
+        return ("dV is right, so P is; dQ and dK are both wrong, and both read dS: check D = rowsum(dO * O) per "
+                "query, dP = dO V^T and dS = P * (dP - D), each query's D taken from its own row")
+    if not right[0]:
+        return ("dV and dK are right, so P and dS are; dQ is wrong: dQ's rows of a query block are the sum over "
+                "every key block of dS K / sqrt(d_k)")
+    return ("dV and dQ are right, so P and dS are; dK is wrong: dK's rows of a key block are the sum over every "
+            "query block of dS^T Q / sqrt(d_k)")
+
+
+def _judged_by_parts(locate: Callable[[tuple[bool, ...], Call], str]) -> Callable[[Case], None]:
+    """The default judgement of a tuple answer; where it could say only that values differ,
+    ``locate(which parts are right, call)`` says where the mistake lies."""
+    def judge(case: Case) -> None:
+        try:
+            judge_case(case)
+        except CheckFailed as failure:
+            if not _UNLOCATED.search(str(failure)):
+                raise
+            got = [to_array(item, case.what) for item in case.answer]
+            right = tuple(bool(g.shape == np.shape(e) and np.allclose(g, e, rtol=case.spec.rtol, atol=case.spec.atol))
+                          for g, e in zip(got, case.expected))
+            raise CheckFailed(f"{case.what}: {locate(right, case.call)}") from None
+    return judge
+
+
+def _backward_causal_unaligned(call: Call) -> bool:
+    return _causal(call) and call.args[0].shape[-2] != call.args[1].shape[-2]
+
+
+TRANSPOSED = ("{what} raised {error}. A product of a tile has the wrong axes: with a tile P of shape "
+              "(q_rows, k_cols), dV's tile is P^T dO (k_cols, d_v), dP = dO V^T (q_rows, k_cols), dQ's tile "
+              "dS K (q_rows, d_k) and dK's tile dS^T Q (k_cols, d_k)")
+
+FLASH_BACKWARD = Spec(
+    id="efficient_attention-flash_backward",
+    function="flash_backward",
+    inputs=_backward_inputs,
+    reference=ref.flash_backward,
+    driver="tensors",
+    judge=_judged_by_parts(_located),
+    by_call=True,
+    parts=("grad_query", "grad_key", "grad_value"),
+    variant=_backward_variant,
+    equivalent=tuple((name, "q_block < 0 or k_block < 0 instead of < 1: at a block size of 0 range(0, n, 0) raises "
+                            "ValueError itself") for name in ("L11 1 -> 0", "L11 1 -> 0 #2")),
+    knobs=(
+        Knob("delta", (("omitted", "D is missing from dS: dS = P * (dP - D), with D = rowsum(dO * O) per query "
+                                   "(FlashAttention-2, Algorithm 2), the softmax's Jacobian's second term"),
+                       ("tile", "D is summed over the tile only, rowsum(P * dP) of one key block: D is a sum over "
+                                "every key, which the tile does not hold. Take D = rowsum(dO * O) per query, once, "
+                                "before the loops"))),
+        Knob("probs", (("exp(S)", "P is recomputed as exp(S) without subtracting the log-sum-exp: P_ij = exp(S_ij "
+                                  "- L_i), with lse[..., i] the L of query i saved by the forward"),
+                       ("softmax", "P is recomputed as a softmax of the tile alone: the tile holds part of the keys; "
+                                   "P_ij = exp(S_ij - L_i), with the L saved by the forward (the log of the sum over "
+                                   "every key)"))),
+        Knob("scale_scores", ((False, "the recomputed scores are not scaled: S = Q K^T / sqrt(d_k), as in the "
+                                      "forward"),)),
+        Knob("scale_dq", ((False, "dQ is missing the scale: S = Q K^T / sqrt(d_k), so dQ = dS K / sqrt(d_k)"),)),
+        Knob("scale_dk", ((False, "dK is missing the scale: S = Q K^T / sqrt(d_k), so dK = dS^T Q / sqrt(d_k)"),)),
+        Knob("mask", (("none", "the causal mask is not applied in the backward: P_ij is 0 where key j is hidden "
+                               "from query i (j > i + k_len - q_len), as in the forward"),
+                      ("top_left", "the causal mask is aligned top-left (key j <= query i): with q_len < k_len the "
+                                   "docstring's mask is aligned bottom-right, key j <= i + k_len - q_len, so that "
+                                   "the last query sees every key"))),
+        Knob("sign", (("D - dP", "dS has the wrong sign: dS = P * (dP - D)"),)),
+        Knob("dq_sum", (("overwritten", "dQ is overwritten by each key block's dS K instead of summed over them: "
+                                        "dQ_i += dS_ij K_j * scale for every key block j"),)),
+    ),
+    rules=(
+        Rule("q_len != k_len", lambda call: not call.raises and call.args[0].shape[-2] != call.args[1].shape[-2]),
+        Rule("causal with q_len < k_len: the mask aligned bottom-right", _backward_causal_unaligned),
+        Rule("causal self-attention (q_len = k_len)",
+             lambda call: _causal(call) and call.args[0].shape[-2] == call.args[1].shape[-2]),
+        Rule("the last query block is shorter", lambda call: not call.raises
+             and call.args[0].shape[-2] % call.args[6] > 0 and call.args[0].shape[-2] > call.args[6]),
+        Rule("the last key block is shorter", lambda call: not call.raises
+             and call.args[1].shape[-2] % call.args[7] > 0 and call.args[1].shape[-2] > call.args[7]),
+        Rule("several key blocks (dQ summed over them)", lambda call: not call.raises
+             and call.args[1].shape[-2] > call.args[7]),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("q_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[6] < 1),
+        Rule("k_block < 1 raises ValueError", lambda call: bool(call.raises) and call.args[7] < 1),
+    ),
+    errors=(
+        Raises(RAISE_VALUE_ERROR.format(sizes="q_block and k_block"), example=_asserting(ref.flash_backward),
+               match=".", when=lambda call: bool(call.raises)),
+        Raises("{what} raised {error}. The last block is shorter when the block size does not divide the length: "
+               "build a tile's mask and slices from the tile's own size (P.shape[-2], P.shape[-1]), not from "
+               "q_block and k_block", example=_backward_full_block_mask,
+               match="must match the size|shape mismatch|size of tensor|Expected size", when=_causal),
+        Raises(TRANSPOSED, example=_backward_dv_untransposed,
+               match="cannot be multiplied|must match the size|shape mismatch|size of tensor|Expected size"),
+    ),
+)
+
+
+# ------------------------------------------------------------------------ rolling_cache_attention
+def _rolling_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+
+    def ask(window: int, sizes: tuple, note: str = "", raises: str = "") -> None:
+        *lead, seq_len, d_k, d_v = sizes
+        query, key = rng.normal(size=(*lead, seq_len, d_k)), rng.normal(size=(*lead, seq_len, d_k))
+        value = rng.normal(size=(*lead, seq_len, d_v))
+        calls.append(Call((query, key, value, window), raises=raises,
+                          what=f"rolling_cache_attention(query, key, value, window={window}) for "
+                               f"{_shapes(query, key, value)}{note}"))
+
+    ask(4, (2, 3, 11, 5, 6), ", the buffer wrapping round twice")     # 1. 11 tokens through 4 slots
+    ask(5, (2, 3, 3, 4, 2), ", fewer tokens than slots")              # 2. slots 3 and 4 never written
+    ask(1, (1, 2, 6, 3, 4))                                           # 3. one slot: each token sees itself
+    ask(5, (2, 3, 5, 4, 6))                                           # 4. exactly full at the last step
+    ask(2, (3, 9, 4, 5), ", no batch axis")                           # 5. the leading axes are any
+    for window in (0, -1):                                            # 6-7. ValueError, as the docstring says
+        ask(window, (1, 2, 4, 3, 2), raises="ValueError")
+    return calls
+
+
+def _rolling_variant(slot: str = "t % window", unfilled: str = "left out", order: str = "write, then attend",
+                     scale: str = "sqrt_d_k"):
+    """A learner's rolling buffer with its choices: where position t is written (``slot``), whether the
+    slots not yet written take part, whether the step attends before writing its own key and value, the
+    scale."""
+    def rolling_cache_attention(query, key, value, window):
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        key_cache = key.new_zeros(key.shape[:-2] + (window, key.shape[-1]))
+        value_cache = value.new_zeros(value.shape[:-2] + (window, value.shape[-1]))
+        output = query.new_empty(query.shape[:-1] + value.shape[-1:])
+        divisor = math.sqrt(query.shape[-1]) if scale == "sqrt_d_k" else 1.0
+        for t in range(query.shape[-2]):
+            def write():
+                nonlocal key_cache, value_cache
+                if slot == "rolled":  # the oldest first: shift left, the newest written at the end
+                    key_cache = torch.cat([key_cache[..., 1:, :], key[..., t:t + 1, :]], dim=-2)
+                    value_cache = torch.cat([value_cache[..., 1:, :], value[..., t:t + 1, :]], dim=-2)
+                else:
+                    at = t % window if slot == "t % window" else (t + 1) % window
+                    key_cache[..., at, :], value_cache[..., at, :] = key[..., t, :], value[..., t, :]
+            if order == "write, then attend":
+                write()
+            if slot == "rolled":
+                held = slice(window - min(t + 1, window), window) if unfilled == "left out" else slice(0, window)
+            elif slot == "t + 1":
+                held = (slice(1, min(t + 2, window + 1)) if t + 1 < window else slice(0, window)) \
+                    if unfilled == "left out" else slice(0, window)
+            else:
+                held = slice(0, min(t + 1, window)) if unfilled == "left out" else slice(0, window)
+            scores = key_cache[..., held, :] @ query[..., t, :, None] / divisor
+            output[..., t, :] = (torch.softmax(scores, dim=-2) * value_cache[..., held, :]).sum(dim=-2)
+            if order == "attend, then write":
+                write()
+        return output, key_cache, value_cache
+    return rolling_cache_attention
+
+
+def _growing_cache(query, key, value, window):
+    """The sliding window as a mask over a cache that keeps every token: the right outputs, no buffer."""
+    if window < 1:
+        raise ValueError("window must be at least 1")
+    output = scaled_dot_product_attention(query, key, value, torch.from_numpy(ref.sliding_window_mask(
+        query.shape[-2], window)))[0]
+    return output, key, value
+
+
+def _asserting_window(query, key, value, window):
+    """The window checked by an assert: an AssertionError, not the ValueError asked."""
+    assert window >= 1, "window must be positive"
+    return ref.rolling_cache_attention(query, key, value, window)
+
+
+def _rolling_located(right: tuple[bool, ...], call: Call) -> str:
+    """Where a wrong answer's mistake lies, from which of (output, key_cache, value_cache) are right."""
+    if not all(right[1:]):
+        return ("the caches after the last step are wrong: at step t, key t and value t are written at slot "
+                "t % window, so that the buffer holds the last window positions, position p at slot p % window "
+                "(slots never written stay 0)")
+    return ("the caches are right but the outputs are not: step t attends, after writing its own key and value, "
+            "over the slots written so far (min(t + 1, window) of them), with the scores scaled by 1 / sqrt(d_k)")
+
+
+ROLLING_CACHE_ATTENTION = Spec(
+    id="efficient_attention-rolling_cache_attention",
+    function="rolling_cache_attention",
+    inputs=_rolling_inputs,
+    reference=ref.rolling_cache_attention,
+    driver="tensors",
+    judge=_judged_by_parts(_rolling_located),
+    by_call=True,
+    parts=("output", "key_cache", "value_cache"),
+    variant=_rolling_variant,
+    knobs=(
+        Knob("slot", (("t + 1", "position t is written at slot (t + 1) % window: Mistral's buffer puts position i at "
+                                "slot i % window, so that position 0 is at slot 0"),
+                      ("rolled", "the buffer is shifted by one slot at every step (the oldest first) instead of "
+                                 "written in place: the outputs are right, but a rolling buffer copies nothing; "
+                                 "write position t at slot t % window, over the oldest entry"))),
+        Knob("unfilled", (("attended", "the slots not yet written (zeros) take part in the softmax while fewer than "
+                                       "window tokens have come: step t attends over the min(t + 1, window) slots "
+                                       "written so far"),)),
+        Knob("order", (("attend, then write", "each step attends before writing its own key and value: token t must "
+                                              "see itself, so write key t and value t at slot t % window first, "
+                                              "then attend"),)),
+        Knob("scale", (("none", "the scores are not scaled: divide q . k by sqrt(d_k), as in the full attention"),)),
+    ),
+    mistakes=(
+        Mistake("growing_cache", "the cache keeps every token (its length grows with the sequence): a rolling "
+                "buffer has window slots, key_cache (..., window, d_k), position t written at slot t % window "
+                "over the token that left the window", _growing_cache),
+    ),
+    rules=(
+        Rule("more tokens than slots: the buffer wraps round", lambda call: not call.raises
+             and call.args[0].shape[-2] > call.args[3] > 1),
+        Rule("the buffer wraps round more than once", lambda call: not call.raises
+             and call.args[0].shape[-2] > 2 * call.args[3] > 2),
+        Rule("fewer tokens than slots: slots never written", lambda call: not call.raises
+             and call.args[0].shape[-2] < call.args[3]),
+        Rule("window = 1: each token sees itself only", lambda call: call.args[3] == 1),
+        Rule("window = seq_len: full at the last step", lambda call: call.args[3] == call.args[0].shape[-2]),
+        Rule("leading axes other than (batch, heads)", lambda call: call.args[0].ndim != 4),
+        Rule("window = 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[3] == 0),
+        Rule("window < 0 raises ValueError", lambda call: call.raises == "ValueError" and call.args[3] < 0),
+    ),
+    errors=(
+        Raises("{what} raised {error}; it should raise ValueError, as the docstring says: check that window >= 1 "
+               "before the loop, and raise ValueError yourself",
+               example=_asserting_window, match=".",
+               when=lambda call: bool(call.raises)),
+    ),
+)
+
+SPECS = (ONLINE_SOFTMAX, TILED_ATTENTION, FLASH_BACKWARD, GROUPED_QUERY_ATTENTION, KV_CACHE_BYTES, SLIDING_WINDOW_MASK,
+         ROLLING_CACHE_ATTENTION)

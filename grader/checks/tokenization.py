@@ -1,4 +1,5 @@
-"""Hidden checks of notebook 11, tokenization: byte-pair encoding, its five exercises.
+"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises) and Hangul
+below the syllable, to_jamo and from_jamo (two).
 
 The answers are text: dicts of symbol pairs, lists of merges, ids, a decoded string. The
 drivers (``coursekit/drivers/tokenization.py``) hand them back as strings and int64 arrays
@@ -7,17 +8,22 @@ they are compared exactly (``rtol = atol = 0``), so that the catalogue of mistak
 knobs of train_bpe work as for any array answer. When no catalogued mistake
 explains an answer, each exercise asks its own further questions (``_describe_*``): which
 pairs are extra or missing, at which merge a learner's training first leaves the rule and
-why (a pair across words, a tie, stale counts), whether encoded ids decode back to the text.
-A diagnosis names positions and kinds, never the hidden text or tokens.
+why (a pair across words, a tie, stale counts), whether encoded ids decode back to the text,
+which kind of jamo (leading, vowel, final) a decomposition gets wrong. A diagnosis names
+positions and kinds, never the hidden text or tokens.
 
 The hidden texts are sentences of the course's toy grammar (``coursekit.translation``) in
-Korean and English, with special tokens, characters no tokenizer has seen and odd spacing.
+Korean and English, with special tokens, characters no tokenizer has seen and odd spacing;
+to_jamo's and from_jamo's add syllables from the whole block U+AC00..U+D7A3 and characters
+that a normalization of the whole text changes.
 """
 from __future__ import annotations
 
 import itertools
 import random
 import re
+import unicodedata
+from collections import Counter
 from typing import Callable
 
 import numpy as np
@@ -1025,4 +1031,290 @@ BPE_DECODE = Spec(
     figures=("tokenization-bpe_decode-figure",),
 )
 
-SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE)
+
+
+# ---------------------------------------------------------------- to_jamo
+
+# Characters of real Korean text that are no Hangul syllable and that a normalization of the
+# whole text changes: é and a CJK compatibility ideograph (KS X 1001's Hanja, U+F900) under NFD;
+# a keyboard's compatibility jamo (ㅋ, U+314B), a circled digit, a unit and a full-width letter
+# under NFKD.
+_NFD_CHANGES = ("café", "\uf900")
+_NFKD_CHANGES = ("ㅋㅋ", "\u2460", "\u338f", "\uff21")
+_FIRST, _LAST = "\uac00", "\ud7a3"  # the first and last Hangul syllables
+
+
+def _syllable(ch: str) -> bool:
+    return _FIRST <= ch <= _LAST
+
+
+def _jamo_texts(rng: np.random.Generator) -> tuple[str, str]:
+    """Sentences with other scripts, spaces, tabs and line breaks; random syllables over the
+    whole block (its first and last among them) between digits, Latin letters and the code
+    points just outside it."""
+    first, second, third = _sentences(rng, 2, 1)
+    odd = [*_NFD_CHANGES, *_NFKD_CHANGES, "2024", "🙂", "e\u0301"]  # (an accent already apart: NFC joins it)
+    rng.shuffle(odd)
+    mixed = f"{first} {' '.join(odd[:4])}\t{second}\n{third}  {' '.join(odd[4:])}\n"
+    codes = rng.integers(0xAC00, 0xD7A4, size=36)
+    codes[:6] = (0xAC00, 0xD7A3, 0xAC00 + 28 * int(rng.integers(1, 399)),   # no final consonant
+                 0xAC00 + 28 * int(rng.integers(1, 399)) + 27, 0xAC01, 0xD7A2)  # the last final, the first
+    rng.shuffle(codes)
+    gaps = [" ", "  ", "\n", "A", "7", "\uabff", "\ud7a4", ""]
+    spread = "".join(chr(int(c)) + (gaps[int(rng.integers(len(gaps)))] if k % 3 == 2 else "")
+                     for k, c in enumerate(codes))
+    return mixed, spread
+
+
+def _jamo_inputs(rng: np.random.Generator) -> list[Call]:
+    """The texts of ``_jamo_texts`` and a decomposed text, which must raise."""
+    mixed, spread = _jamo_texts(rng)
+    decomposed = unicodedata.normalize("NFD", _sentences(rng, 1, 0)[0])
+    return [Call((mixed,), what="to_jamo(text) for sentences with other scripts, tabs and line breaks"),
+            Call((spread,), what="to_jamo(text) for syllables from all over U+AC00..U+D7A3 among other characters"),
+            Call((decomposed,), raises="ValueError", what="to_jamo(text) for a text already decomposed (NFD)")]
+
+
+def _refusing(convert: Callable[[str], str], refused: Callable[[str], bool] = lambda ch: "\u1100" <= ch <= "\u11ff"):
+    """A learner's to_jamo: refuse text with a character ``refused`` says, then ``convert``."""
+    def to_jamo(text):
+        if any(refused(ch) for ch in text):
+            raise ValueError("the text is decomposed already")
+        return convert(text)
+    return to_jamo
+
+
+def _each_syllable(split: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda text: "".join(split(ch) if _syllable(ch) else ch for ch in text)
+
+
+_COMPATIBILITY = ("ㄱㄲㄴㄷㄸㄹㅁㅂㅃㅅㅆㅇㅈㅉㅊㅋㅌㅍㅎ", "ㅏㅐㅑㅒㅓㅔㅕㅖㅗㅘㅙㅚㅛㅜㅝㅞㅟㅠㅡㅢㅣ",
+                  ("", *"ㄱㄲㄳㄴㄵㄶㄷㄹㄺㄻㄼㄽㄾㄿㅀㅁㅂㅄㅅㅆㅇㅈㅊㅋㅌㅍㅎ"))
+
+
+def _arithmetic(final: int = 0x11A7, empty_final: bool = False, compatibility: bool = False) -> Callable[[str], str]:
+    """A syllable by the Unicode Standard's arithmetic (s = code - 0xAC00: L = s // 588,
+    V = s % 588 // 28, T = s % 28), the final consonant as U+``final`` + T, with a letter for
+    T = 0 too (``empty_final``), or as the compatibility jamo of a keyboard's table."""
+    def split(ch: str) -> str:
+        s = ord(ch) - 0xAC00
+        lead, vowel, tail = s // 588, s % 588 // 28, s % 28
+        if compatibility:
+            return _COMPATIBILITY[0][lead] + _COMPATIBILITY[1][vowel] + _COMPATIBILITY[2][tail]
+        return chr(0x1100 + lead) + chr(0x1161 + vowel) + (chr(final + tail) if tail or empty_final else "")
+    return split
+
+
+def _kind_of(ch: str) -> str:
+    if "\u1100" <= ch <= "\u1112":
+        return "leading consonant"
+    if "\u1161" <= ch <= "\u1175":
+        return "vowel"
+    return "final consonant" if "\u11a8" <= ch <= "\u11c2" else "other"
+
+
+def _describe_jamo(case: Case) -> None:
+    """What a wrong to_jamo did: syllables left whole, letters of a keyboard, other characters
+    changed, whitespace lost, or which kind of jamo (leading, vowel, final) differs."""
+    got, want = case.answer, case.expected
+    left = sum(map(_syllable, got))
+    if left:
+        case.fail(f"{_plural(left, 'Hangul syllable')} of the text {'is' if left == 1 else 'are'} not split "
+                  "into jamo (a list of the characters keeps them whole): each syllable U+AC00..U+D7A3 becomes "
+                  "its 2 or 3 conjoining jamo, unicodedata.normalize('NFD', syllable)")
+    if sum("\u3131" <= ch <= "\u318e" for ch in got) > sum("\u3131" <= ch <= "\u318e" for ch in want):
+        case.fail("it writes compatibility jamo (U+3131..U+318E, the letters of a keyboard), which do not tell a "
+                  "leading consonant from a final one: a syllable's letters are the conjoining jamo NFD gives, "
+                  "leading U+1100.., vowel U+1161.., final U+11A8..")
+    if [ch for ch in got if ch.isspace()] != [ch for ch in want if ch.isspace()]:
+        case.fail("spaces, tabs or line breaks are lost or added: every character that is no Hangul syllable "
+                  "stays as it is, whitespace too")
+    others = [ch for ch in got if _kind_of(ch) == "other"], [ch for ch in want if _kind_of(ch) == "other"]
+    if not _subsequence(others[1], others[0]):  # (a wrong jamo outside the block adds, it changes nothing)
+        case.fail("characters that are no Hangul syllable are changed (normalizing the whole text does that to "
+                  "some); split the syllables U+AC00..U+D7A3 only, and keep every other character as it is")
+    if len(got) != len(want):
+        case.fail(f"its syllables give {len(got) - len(others[0])} jamo where NFD gives {len(want) - len(others[1])}: "
+                  "a syllable is 2 jamo, or 3 when it has a final consonant (T = s % 28 >= 1)")
+    wrong = Counter(_kind_of(w) for g, w in zip(got, want) if g != w)
+    case.fail(f"its jamo differ from NFD's: {', '.join(f'{_plural(n, kind)}' for kind, n in sorted(wrong.items()))} "
+              "are wrong; with s = code - 0xAC00, the leading consonant is U+1100 + s // 588, the vowel "
+              "U+1161 + s % 588 // 28, the final consonant U+11A7 + s % 28 when s % 28 >= 1")
+
+
+JAMO_RULES = (
+    Rule("a syllable without a final consonant: two jamo",
+         lambda call: any(_syllable(ch) and (ord(ch) - 0xAC00) % 28 == 0 for ch in call.args[0])),
+    Rule("the last final consonant, U+11C2", lambda call: any(
+        _syllable(ch) and (ord(ch) - 0xAC00) % 28 == 27 for ch in call.args[0])),
+    Rule("the first and the last Hangul syllable, U+AC00 and U+D7A3",
+         lambda call: _FIRST in call.args[0] and _LAST in call.args[0]),
+    Rule("characters NFD changes that are no Hangul syllable",
+         lambda call: any(unicodedata.normalize("NFD", ch) != ch and not _syllable(ch) for ch in call.args[0])),
+    Rule("compatibility jamo and other characters NFKD changes", lambda call: any(
+        unicodedata.normalize("NFKD", ch) != unicodedata.normalize("NFD", ch) for ch in call.args[0])),
+    Rule("spaces, tabs and line breaks", lambda call: not call.raises and {" ", "\t", "\n"} <= set(call.args[0])),
+    Rule("a decomposed text raises ValueError", lambda call: call.raises == "ValueError"),
+)
+
+
+TO_JAMO = Spec(
+    id="tokenization-to_jamo",
+    function="to_jamo",
+    inputs=_jamo_inputs,
+    reference=ref.to_jamo,
+    driver="tokenization.drive_to_jamo",
+    prepare=_text,
+    judge=_judged(_describe_jamo),
+    rtol=0.0, atol=0.0,
+    rules=JAMO_RULES,
+    mistakes=(
+        Mistake("nfd_whole_text", "it decomposes characters that are no Hangul syllable too (NFD of the whole text "
+                "splits an accented letter and changes some Hanja): split only the syllables U+AC00..U+D7A3, "
+                "each with unicodedata.normalize('NFD', syllable), and keep every other character as it is",
+                _refusing(lambda text: unicodedata.normalize("NFD", text))),
+        Mistake("nfkd_whole_text", "NFKD on the whole text: it also replaces compatibility characters (a keyboard's "
+                "jamo, a circled digit, a full-width letter) by others, which no inverse can undo; use NFD, on "
+                "the Hangul syllables U+AC00..U+D7A3 only", _refusing(lambda text: unicodedata.normalize("NFKD", text))),
+        Mistake("compatibility_jamo", "it writes a syllable's letters as compatibility jamo (U+3131..U+318E, a "
+                "keyboard's letters, as tables of choseong, jungseong and jongseong often do), which do not tell a "
+                "leading consonant from a final one: use the conjoining jamo NFD gives, leading U+1100 + L, vowel "
+                "U+1161 + V, final U+11A7 + T", _refusing(_each_syllable(_arithmetic(compatibility=True)))),
+        Mistake("final_off_by_one", "the final consonant is one letter off: with T = s % 28, the final is "
+                "U+11A7 + T (T = 1 is U+11A8), not U+11A8 + T",
+                _refusing(_each_syllable(_arithmetic(final=0x11A8)))),
+        Mistake("empty_final", "a syllable without a final consonant (T = s % 28 = 0) gets a third letter: only "
+                "T >= 1 adds a final consonant, U+11A7 + T", _refusing(_each_syllable(_arithmetic(empty_final=True)))),
+        Mistake("whitespace_dropped", "spaces, tabs and line breaks are lost (the words of text.split(), joined): "
+                "every character that is no Hangul syllable stays as it is, whitespace too",
+                lambda text: "".join(ref.to_jamo(word) for word in text.split())),
+        Mistake("syllables_kept", "the Hangul syllables are not split (a list of the text's characters keeps "
+                "each syllable whole): each becomes its 2 or 3 jamo, unicodedata.normalize('NFD', syllable)",
+                _refusing(lambda text: "".join(list(text)))),
+    ),
+    errors=(
+        Raises("{what} raised {error}: only conjoining jamo (U+1100..U+11FF) are refused; a keyboard's "
+               "compatibility jamo (U+3131..U+318E) and every other character are kept as they are",
+               example=_refusing(_each_syllable(lambda ch: unicodedata.normalize("NFD", ch)),
+                                 refused=lambda ch: "\u1100" <= ch <= "\u11ff" or "\u3131" <= ch <= "\u318e"),
+               match=r"ValueError(?!: invalid normalization form)", when=lambda call: not call.raises),
+    ),
+    figures=("tokenization-to_jamo-figure",),
+)
+
+# ---------------------------------------------------------------- from_jamo
+
+
+def _from_jamo_inputs(rng: np.random.Generator) -> list[Call]:
+    """to_jamo's texts as jamo, and a sentence's jamo cut anywhere into pieces (as BPE's tokens
+    are), shown with " | " between them: letters that make no syllable there stay letters."""
+    mixed, spread = _jamo_texts(rng)
+    letters = ref.to_jamo(" ".join(_sentences(rng, 3, 0)))
+    cuts = sorted(rng.choice(np.arange(1, len(letters)), size=len(letters) // 3, replace=False).tolist())
+    pieces = " | ".join(letters[a:b] for a, b in zip([0, *cuts], [*cuts, len(letters)])) + " | " + letters[0]
+    return [Call((ref.to_jamo(mixed),), what="from_jamo(text) for sentences with other scripts, tabs and line breaks"),
+            Call((ref.to_jamo(spread),), what="from_jamo(text) for syllables from all over U+AC00..U+D7A3"),
+            Call((pieces,), what="from_jamo(text) for letters cut into pieces, as tokens are")]
+
+
+def _composing(final: int = 0x11A7, finals: bool = True, checked: bool = True) -> Callable[[str], str]:
+    """A learner's from_jamo by the Unicode Standard's arithmetic: a leading consonant and a
+    vowel (and a final after them, ``finals``) make the syllable 0xAC00 + (L * 21 + V) * 28 + T,
+    with T = code - ``final``; any other letter stays. ``checked=False`` reads the letter after
+    a leading consonant without asking whether there is one."""
+    def from_jamo(text):
+        out, i = [], 0
+        while i < len(text):
+            lead = ord(text[i]) - 0x1100
+            vowel = ord(text[i + 1]) - 0x1161 if i + 1 < len(text) or not checked and 0 <= lead < 19 else -1
+            if 0 <= lead < 19 and 0 <= vowel < 21:
+                has_final = finals and i + 2 < len(text) and "\u11a8" <= text[i + 2] <= "\u11c2"
+                out.append(chr(0xAC00 + (lead * 21 + vowel) * 28 + (ord(text[i + 2]) - final if has_final else 0)))
+                i += 3 if has_final else 2
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
+    return from_jamo
+
+
+def _describe_composed(case: Case) -> None:
+    """What a wrong from_jamo did: whitespace lost, letters left apart (finals or whole
+    syllables), characters that are no jamo changed, or syllables composed wrong."""
+    got, want = case.answer, case.expected
+    conjoining = lambda text: sum("\u1100" <= ch <= "\u11ff" for ch in text)
+    if [ch for ch in got if ch.isspace()] != [ch for ch in want if ch.isspace()]:
+        case.fail("spaces, tabs or line breaks are lost or added: only the runs of jamo change, every other "
+                  "character stays as it is, whitespace too")
+    if conjoining(got) > conjoining(want):
+        finals = sum("\u11a8" <= ch <= "\u11c2" for ch in got) - sum("\u11a8" <= ch <= "\u11c2" for ch in want)
+        if finals == conjoining(got) - conjoining(want):
+            case.fail(f"{_plural(finals, 'final consonant')} {'is' if finals == 1 else 'are'} left apart: a leading "
+                      "consonant, a vowel and the final after them make one syllable (T = final - 0x11A7)")
+        case.fail(f"{_plural(conjoining(got) - conjoining(want), 'letter')} that make syllables with their neighbours "
+                  "are left as letters: compose each run of jamo, unicodedata.normalize('NFC', run)")
+    others = ([ch for ch in got if not _syllable(ch) and not "\u1100" <= ch <= "\u11ff"],
+              [ch for ch in want if not _syllable(ch) and not "\u1100" <= ch <= "\u11ff"])
+    if others[0] != others[1]:
+        case.fail("characters that are no jamo are changed (normalizing the whole text does that to some, a "
+                  "compatibility Hanja or an accent already apart): compose only the runs of U+1100..U+11FF")
+    wrong = sum(g != w for g, w in zip(got, want)) if len(got) == len(want) else None
+    case.fail(f"{'its text is not as long as the one encoded' if wrong is None else _plural(wrong, 'syllable') + ' differ'}"
+              ": with L, V and T the letters' numbers (leading - 0x1100, vowel - 0x1161, final - 0x11A7, T = 0 "
+              "without a final), the syllable is 0xAC00 + (L * 21 + V) * 28 + T")
+
+
+FROM_JAMO_RULES = (
+    Rule("a syllable without a final consonant", lambda call: any(
+        "\u1161" <= a <= "\u1175" and not "\u11a8" <= b <= "\u11c2" for a, b in zip(call.args[0], call.args[0][1:]))),
+    Rule("the last final consonant, U+11C2", lambda call: "\u11c2" in call.args[0]),
+    Rule("the first and the last Hangul syllable, U+AC00 and U+D7A3", lambda call:
+         "\u1100\u1161" in call.args[0] and "\u1112\u1175\u11c2" in call.args[0]),
+    Rule("characters NFC changes that are no jamo (an accent written apart, a compatibility Hanja)",
+         lambda call: "e\u0301" in call.args[0] and "\uf900" in call.args[0]),
+    Rule("characters NFKC changes (a keyboard's jamo, a circled digit)", lambda call: any(
+        unicodedata.normalize("NFKC", ch) != unicodedata.normalize("NFC", ch) for ch in call.args[0])),
+    Rule("letters that make no syllable with their neighbours stay",
+         lambda call: any("\u1100" <= ch <= "\u11ff" for ch in ref.from_jamo(call.args[0]))),
+    Rule("spaces, tabs and line breaks", lambda call: {" ", "\t", "\n"} <= set(call.args[0])),
+)
+
+
+FROM_JAMO = Spec(
+    id="tokenization-from_jamo",
+    function="from_jamo",
+    inputs=_from_jamo_inputs,
+    reference=ref.from_jamo,
+    driver="tokenization.drive_from_jamo",
+    prepare=_text,
+    judge=_judged(_describe_composed),
+    rtol=0.0, atol=0.0,
+    rules=FROM_JAMO_RULES,
+    mistakes=(
+        Mistake("nfc_whole_text", "NFC on the whole text also changes characters that are no jamo (it joins an "
+                "accent written apart to its letter and replaces a compatibility Hanja, U+F900..): compose only "
+                "the runs of conjoining jamo, U+1100..U+11FF, each with unicodedata.normalize('NFC', run)",
+                lambda text: unicodedata.normalize("NFC", text)),
+        Mistake("nfkc_whole_text", "NFKC on the whole text: it also replaces compatibility characters (a keyboard's "
+                "jamo, a circled digit, a full-width letter) by others; use NFC, on the runs of conjoining jamo only",
+                lambda text: unicodedata.normalize("NFKC", text)),
+        Mistake("not_composed", "the letters are not composed (NFC not applied): each run of conjoining jamo "
+                "becomes its syllables, unicodedata.normalize('NFC', run)", lambda text: "".join(list(text))),
+        Mistake("finals_left_apart", "final consonants are left apart: a leading consonant, a vowel and the final "
+                "after them make one syllable, 0xAC00 + (L * 21 + V) * 28 + T with T = final - 0x11A7",
+                _composing(finals=False)),
+        Mistake("final_off_by_one", "the final consonant is one off: T = final - 0x11A7 (U+11A8 is T = 1; T = 0 "
+                "means no final)", _composing(final=0x11A8)),
+        Mistake("whitespace_dropped", "spaces, tabs and line breaks are lost (the words of text.split(), joined): "
+                "only the runs of jamo change, every other character stays as it is",
+                lambda text: "".join(ref.from_jamo(word) for word in text.split())),
+    ),
+    errors=(
+        Raises("{what} raised {error}: a letter can stand alone at the end of a text or a piece (a token cut "
+               "anywhere): ask whether a vowel follows a leading consonant before composing them",
+               example=_composing(checked=False), match="IndexError"),
+    ),
+    figures=("tokenization-from_jamo-figure",),
+)
+
+SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO)
