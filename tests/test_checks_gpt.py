@@ -605,6 +605,132 @@ def beam_finished_stay(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0
     return torch.tensor(seq[n:]), score
 
 
+# ---------------------------------------------------------------- generate_batch
+
+def _left_padded(prompts, pad_id):
+    longest = max(len(p) for p in prompts)
+    ids = torch.stack([F.pad(p, (longest - len(p), 0), value=pad_id) for p in prompts])
+    lengths = torch.tensor([len(p) for p in prompts])
+    real = torch.arange(longest)[None, :] >= (longest - lengths)[:, None]
+    return ids, real
+
+
+def _step(model, ids, positions, allowed, cache, attend):
+    """One cached forward pass of the new ids at their positions, allowed (batch, 1, t, past + t)."""
+    x = model.tok_embed(ids) + model.pos_embed(positions)
+    for layer, block in enumerate(model.blocks):
+        a = block.attn
+        h = block.norm1(x)
+        q, k, v = (split_heads(w(h), a.heads) for w in (a.W_q, a.W_k, a.W_v))
+        if layer < len(cache):
+            k, v = torch.cat([cache[layer][0], k], 2), torch.cat([cache[layer][1], v], 2)
+            cache[layer] = (k, v)
+        else:
+            cache.append((k, v))
+        x = x + a.W_o(merge_heads(attend(q, k, v, allowed)))
+        x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+    return model.lm_head(model.norm(x[:, -1]))
+
+
+def _sdpa(q, k, v, allowed):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def batch_hf_style(model, prompts, max_new_tokens, eos_id, pad_id):
+    """Valid: Hugging Face's way: attention_mask of 1s and 0s, position_ids = cumsum - 1 with the pads
+    set to 1, a pad query allowed every key (its output is never read), torch's fused attention, and
+    every row run for all steps (finished rows fed pad_id, their tokens overwritten)."""
+    ids, real = _left_padded(prompts, pad_id)
+    attention_mask = real.long()
+    position_ids = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 1)
+    out = torch.full((len(prompts), max_new_tokens), pad_id)
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    cache = []
+    with torch.no_grad():
+        for step in range(max_new_tokens):
+            n, total = ids.shape[1], attention_mask.shape[1]
+            causal = torch.ones(n, total, dtype=torch.bool).tril(total - n)
+            allowed = causal & (attention_mask[:, None, :].bool() | (attention_mask[:, -n:, None] == 0))
+            nxt = _step(model, ids, position_ids, allowed[:, None], cache, _sdpa).argmax(-1)
+            nxt = torch.where(finished, torch.tensor(pad_id), nxt)
+            out[:, step] = nxt
+            finished |= nxt == eos_id
+            ids, position_ids = nxt[:, None], position_ids[:, -1:] + 1
+            attention_mask = torch.cat([attention_mask, torch.ones(len(prompts), 1, dtype=torch.long)], 1)
+    return out
+
+
+def _einsum64(q, k, v, allowed):
+    scores = torch.einsum("bhqd,bhkd->bhqk", q.double(), k.double()) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed, -1e9)          # a large negative fill: an all-pad row stays finite
+    return torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v.double()).float()
+
+
+@torch.no_grad()
+def batch_einsum(model, prompts, max_new_tokens, eos_id, pad_id):
+    """Valid: per-row offsets instead of a mask tensor kept between steps, attention by einsum in
+    float64 with -1e9 as the fill (a pad query then sees uniform weights), positions by clamping, a
+    Python list of rows for the result."""
+    longest = max(len(p) for p in prompts)
+    offsets = torch.tensor([longest - len(p) for p in prompts])       # pads before each prompt
+    ids = torch.stack([torch.cat([torch.full((int(o),), pad_id), p]) for o, p in zip(offsets, prompts)])
+    positions = (torch.arange(longest)[None] - offsets[:, None]).clamp(min=0)
+    rows, cache, alive = [[] for _ in prompts], [], [True] * len(prompts)
+    total = longest
+    for step in range(max_new_tokens):
+        n = ids.shape[1]
+        key = torch.arange(total)
+        allowed = (key[None, None, :] >= offsets[:, None, None]) & (key[None, None, :] <= torch.arange(
+            total - n, total)[None, :, None])
+        logits = _step(model, ids, positions, allowed[:, None], cache, _einsum64)
+        nxt = logits.argmax(-1)
+        for r in range(len(prompts)):
+            rows[r].append(int(nxt[r]) if alive[r] else pad_id)
+            alive[r] = alive[r] and int(nxt[r]) != eos_id
+        if not any(alive):
+            break
+        ids, positions, total = nxt[:, None], positions[:, -1:] + 1, total + 1
+    return torch.tensor([r + [pad_id] * (max_new_tokens - len(r)) for r in rows], dtype=torch.int64)
+
+
+def _batch_learner(padding="left", positions="own", mask=True, every_step=True, stop_all=False):
+    """A learner's generate_batch with one habit: pad_sequence on the right, positions by arange, no
+    padding mask, the mask built for the prompt only, one break for the whole batch."""
+
+    @torch.no_grad()
+    def generate_batch(model, prompts, max_new_tokens, eos_id, pad_id):
+        if padding == "right":
+            ids = nn.utils.rnn.pad_sequence(prompts, batch_first=True, padding_value=pad_id)
+            real = torch.arange(ids.shape[1])[None] < torch.tensor([len(p) for p in prompts])[:, None]
+        else:
+            ids, real = _left_padded(prompts, pad_id)
+        pos = torch.arange(ids.shape[1]).repeat(len(prompts), 1) if positions == "arange" or padding == "right" else (
+            real.long().cumsum(1) - 1).clamp(min=0)
+        out = torch.full((len(prompts), max_new_tokens), pad_id)
+        done = torch.zeros(len(prompts), dtype=torch.bool)
+        cache = []
+        for step in range(max_new_tokens):
+            n, total = ids.shape[1], real.shape[1]
+            allowed = torch.ones(n, total, dtype=torch.bool).tril(total - n)[None].repeat(len(prompts), 1, 1)
+            if mask and (every_step or step == 0):
+                itself = torch.arange(total)[None, None, :] == torch.arange(total - n, total)[None, :, None]
+                allowed = allowed & (real[:, None, :] | (itself & (padding != "right")))
+            nxt = _step(model, ids, pos, allowed[:, None], cache, lambda q, k, v, m: scaled_dot_product_attention(
+                q, k, v, m)[0]).argmax(-1).masked_fill(done, pad_id)
+            out[:, step] = nxt
+            done |= nxt == eos_id
+            if done.all() or (stop_all and done.any()):
+                break
+            ids, pos = nxt[:, None], pos[:, -1:] + 1
+            real = torch.cat([real, torch.ones(len(prompts), 1, dtype=torch.bool)], 1)
+        return out
+
+    return generate_batch
+
+
+scaled_dot_product_attention = NS["scaled_dot_product_attention"]
+
+
 MISTAKES = {
     "gpt-Block": [
         (StubModule, "not answered yet"),
@@ -671,6 +797,14 @@ MISTAKES = {
         (beam_extends_finished, "recorded as finished but also stays among the beams"),
         (beam_finished_stay, "stays in the beam and takes one of its beam_size places"),
     ],
+    "gpt-generate_batch": [
+        (stub, "not answered yet"),
+        (_batch_learner(padding="right"), "padded on the right"),
+        (_batch_learner(positions="arange"), "counted from the batch's first column"),
+        (_batch_learner(mask=False), "there is no padding mask"),
+        (_batch_learner(every_step=False), "applied to the prompt only"),
+        (_batch_learner(stop_all=True), "stops for every row when the first row writes eos_id"),
+    ],
 }
 
 VARIANTS = {
@@ -681,6 +815,7 @@ VARIANTS = {
     "gpt-next_token_probs": [probs_hf_style, probs_loops],
     "gpt-forward_cached": [cached_sdpa, cached_einsum],
     "gpt-beam_search": [beam_heap, beam_tensors],
+    "gpt-generate_batch": [batch_hf_style, batch_einsum],
 }
 
 globals().update(shared_tests("gpt", MISTAKES, VARIANTS, solutions="gpt_notebook", seeds=4))

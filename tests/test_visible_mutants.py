@@ -123,6 +123,28 @@ def _rotary_cache_differs(implementation) -> bool:
         return not np.allclose(_np(torch.cat(outs, dim=-2)), _np(rotary_attention_step(q, k, v)[0]), atol=1e-5)
 
 
+def _batch_differs(implementation) -> bool:
+    """Batched generation: some row of prompts of 3, 1 and 5 tokens differs from its prompt generated
+    alone (the uncached model, greedy, pad_id after eos_id)."""
+    from grader.checks.gpt import alone
+    from grader.checks.reference.gpt import GPT
+
+    torch.manual_seed(9)
+    model = GPT(11, 12, 3, 20, layers=2, max_len=16).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.7, generator=torch.Generator().manual_seed(p.numel()))
+    prompts = [torch.tensor(p) for p in ([1, 7, 3], [1], [1, 9, 4, 6, 8])]
+    rows = [alone(model, p, 8, 5)[0] for p in prompts]
+    expected = [row + [0] * (8 - len(row)) for row in rows]
+    try:
+        with torch.no_grad():
+            got = implementation(model, prompts, 8, 5, 0)
+        return _np(got).tolist() != expected
+    except Exception:
+        return True
+
+
 def _skipped_tile_read(implementation) -> bool:
     """Tiled attention: a NaN in the value of a key that only tiles wholly above the diagonal hold
     reaches the queries before it (such tiles computed and masked, not skipped)."""
@@ -186,6 +208,7 @@ PROPERTIES = (
              _future_moves_past(lambda impl: impl(12, 3, 20).eval(), lambda m, x: m(x)[:, :3], _block_input)),
     Property("gpt-forward_cached", "step ", _cached_differs),
     Property("rope-rotary_attention_step", "tokens with the cache: ", _rotary_cache_differs),
+    Property("gpt-generate_batch", "alone writes", _batch_differs),
     Property("multi_head-MultiHeadAttention", "causal mask: no weight on later keys",
              _weight_on_later_keys(lambda impl: _mha(impl, "causal"))),
     Property("softmax-scaled_dot_product_attention", "each query's weights sum to 1",

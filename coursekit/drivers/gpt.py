@@ -322,3 +322,36 @@ def beam(fn: Any) -> Any:
         return torch.as_tensor(tokens), np.asarray(float(score))
 
     return run
+
+
+# ---------------------------------------------------------------- batched generation
+
+def batched(fn: Any) -> Any:
+    """A generate_batch function -> fn(spec, flat, prompts, max_new_tokens, eos_id, pad_id) returning
+    the new tokens, an int64 tensor (batch, max_new_tokens).
+
+    The parts of a GPT (``parts_of``) are loaded with the grader's weights; ``prompts`` (batch,
+    longest) holds the prompts, each followed by -1 where it is shorter than the longest, and the
+    function gets them as a list of 1-d int64 tensors of their own lengths.
+    """
+    import torch
+
+    def run(spec, flat, prompts, max_new_tokens, eos_id, pad_id):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        gpt = parts_of(json.loads(spec), _unpack(spec, flat))
+        given = [torch.tensor([int(i) for i in row if i >= 0], dtype=torch.int64) for row in np.asarray(prompts)]
+        batch, steps = len(given), int(max_new_tokens)
+        with torch.no_grad():
+            tokens = fn(gpt, given, steps, int(eos_id), int(pad_id))
+        if tokens is None:
+            raise TypeError("generate_batch returns nothing (None): is a `return` missing? It returns the new "
+                            "tokens, (batch, max_new_tokens)")
+        if not isinstance(tokens, torch.Tensor) or tokens.dtype.is_floating_point or tuple(tokens.shape) != (
+                batch, steps):
+            shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+            raise ValueError(f"generate_batch returned {shape}; expected an int64 tensor ({batch}, {steps}), "
+                             "(batch, max_new_tokens): one row per prompt, pad_id after a row's eos_id")
+        return tokens.to(torch.int64)
+
+    return run

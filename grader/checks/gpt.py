@@ -24,7 +24,7 @@ from coursekit.probe import collect
 from coursekit.protocol import Unsupported
 
 from ..wire import decode_payload
-from ._core import (ATOL, RTOL, Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _equal,
+from ._core import (ATOL, RTOL, _one_thread, Call, Case, CheckFailed, Hint, Knob, Mistake, Raised, Raises, Rule, Spec, _equal,
                     _explain_raised, catalogued, judge_case, to_array, value)
 from .reference import gpt as ref
 from .reference.multi_head import merge_heads, scaled_dot_product_attention, split_heads
@@ -1147,4 +1147,231 @@ BEAM_SEARCH = Spec(
     ),
 )
 
-SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH)
+# ---------------------------------------------------------------- batched generation
+
+def _batch_variant(padding="left", positions="own", mask="keys", steps="every", eos="per_row"):
+    """generate_batch with some of its choices wrong (the spec's knobs)."""
+
+    @torch.no_grad()
+    def generate_batch(model, prompts, max_new_tokens, eos_id, pad_id):
+        lengths = torch.tensor([len(prompt) for prompt in prompts])
+        batch, longest = len(prompts), int(lengths.max())
+        ids = torch.full((batch, longest), pad_id, dtype=torch.int64)
+        for row, prompt in enumerate(prompts):
+            start = 0 if padding == "right" else longest - len(prompt)
+            ids[row, start:start + len(prompt)] = prompt
+        columns = torch.arange(longest)[None, :]
+        real = columns < lengths[:, None] if padding == "right" else columns >= (longest - lengths)[:, None]
+        by_column = positions == "columns" or padding == "right"     # right-padded, the columns are the positions
+        place = columns.expand(batch, -1) if by_column else (real.cumsum(dim=1) - 1).clamp(min=0)
+        tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.int64)
+        done = torch.zeros(batch, dtype=torch.bool)
+        cache = []
+        for step in range(max_new_tokens):
+            past, t = real.shape[1] - ids.shape[1], ids.shape[1]
+            keys, queries = torch.arange(past + t)[None, :], torch.arange(past, past + t)[:, None]
+            seen = {"keys": real, "none": torch.ones_like(real), "inverted": ~real}[mask]
+            if steps == "first" and step:
+                seen = torch.ones_like(real)
+            itself = (keys == queries) & (padding != "right")      # right-padded, a pad query has real keys before it
+            allowed = ((keys <= queries) & (seen[:, None, :] | itself))[:, None]
+            x = model.tok_embed(ids) + model.pos_embed(place)
+            for i, block in enumerate(model.blocks):
+                attn = block.attn
+                h = block.norm1(x)
+                q, k, v = (split_heads(layer(h), attn.heads) for layer in (attn.W_q, attn.W_k, attn.W_v))
+                if step:
+                    k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+                out, _ = scaled_dot_product_attention(q, k, v, allowed)
+                x = x + attn.W_o(merge_heads(out))
+                x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+            token = model.lm_head(model.norm(x[:, -1])).argmax(dim=-1)
+            if eos != "continue":
+                token = token.masked_fill(done, pad_id)
+            tokens[:, step] = token
+            done = done | (token == eos_id)
+            if done.all() or (eos == "stop_all" and done.any()):
+                break
+            ids, place = token[:, None], place[:, -1:] + 1
+            real = torch.cat([real, torch.ones(batch, 1, dtype=torch.bool)], dim=1)
+        return tokens
+
+    return generate_batch
+
+
+def _gpt_of(cfg: dict, weights: dict):
+    """The reference GPT (eval mode) with the drawn weights: each prompt alone, uncached."""
+    from coursekit.drivers.gpt import load_by_name
+
+    model = ref.GPT(cfg["vocab_size"], cfg["d_model"], cfg["heads"], cfg["d_ff"], cfg["layers"], cfg["max_len"],
+                    tie_weights=True)
+    load_by_name(model, weights, "the reference")
+    return model.eval()
+
+
+@torch.no_grad()
+def alone(model, prompt, max_new_tokens, eos_id):
+    """Greedy decoding of one prompt (1-d) with the uncached model: its new tokens (up to eos_id)
+    and the smallest gap between the best and the second logit over the steps."""
+    ids, new, gap = prompt[None], [], math.inf
+    for _ in range(max_new_tokens):
+        last = model(ids)[0, -1].double()
+        top = torch.topk(last, 2).values
+        gap = min(gap, float(top[0] - top[1]))
+        new.append(int(last.argmax()))
+        if new[-1] == eos_id:
+            break
+        ids = torch.cat([ids, torch.tensor([[new[-1]]])], dim=1)
+    return new, gap
+
+
+_KNOBS_APART = [dict(padding="right"), dict(positions="columns"), dict(mask="none"), dict(mask="inverted"),
+                dict(steps="first"), dict(eos="stop_all"), dict(eos="continue")]
+
+
+def _batch_calls(rng: np.random.Generator) -> list[Call]:
+    """Drawn GPTs and prompts of pairwise different lengths; eos_id is a token that one row writes
+    after its first step while another row never writes it, so rows finish at different steps; every
+    catalogued mistake answers a call of several rows otherwise than the reference and each other. Every
+    greedy step (each prompt alone) has a gap of at least 0.005 between its best and second logit, and
+    no row writes pad_id."""
+    with _one_thread():
+        return _batch_calls_drawn(rng)
+
+
+def _batch_calls_drawn(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg, lengths, steps, pad in [
+        (dict(vocab_size=13, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, tie_weights=True), (4, 1, 3), 6, 0),
+        (dict(vocab_size=11, d_model=8, heads=2, d_ff=10, layers=2, max_len=14, tie_weights=True), (2, 5), 5, 10),
+        (dict(vocab_size=13, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, tie_weights=True), (3,), 5, 0),
+        (dict(vocab_size=9, d_model=10, heads=2, d_ff=6, layers=1, max_len=14, tie_weights=True), (1, 2, 4, 3), 7, 0),
+    ]:
+        while True:
+            shapes = _model_shapes(cfg)
+            weights = draw_weights(rng, shapes)
+            model = _gpt_of(cfg, weights)
+            choices = [i for i in range(cfg["vocab_size"]) if i != pad]
+            prompts = [rng.choice(choices, size=n).astype(np.int64) for n in lengths]
+            runs = [alone(model, torch.tensor(p), steps, -1) for p in prompts]
+            if min(gap for _, gap in runs) < 0.005 or any(pad in new for new, _ in runs):
+                continue
+            firsts = {}
+            for row, (new, _) in enumerate(runs):
+                for step, token in enumerate(new):
+                    firsts.setdefault((row, token), step)
+            candidates = [token for token in range(cfg["vocab_size"]) if token != pad and all(
+                firsts.get((row, token), steps) >= 1 for row in range(len(prompts))) and any(
+                2 <= firsts.get((row, token), steps) < steps - 1 for row in range(len(prompts))) and (
+                len(prompts) == 1 or any((row, token) not in firsts for row in range(len(prompts))))]
+            if not candidates:
+                continue
+            eos = int(rng.choice(candidates))
+            if len(prompts) == 1 or _apart(cfg, weights, shapes, prompts, steps, eos, pad):
+                break
+        spec, flat, packed, steps, eos, pad = _batch_args(cfg, weights, shapes, prompts, steps, eos, pad)
+        what = (f"generate_batch(model, prompts of {', '.join(map(str, lengths))} token(s), max_new_tokens={steps}, "
+                f"eos_id={eos}, pad_id={pad}) on a GPT(layers={cfg['layers']})")
+        asked.append(Call((spec, flat, packed, steps, eos, pad), what=what))
+    return asked
+
+
+def _batch_args(cfg, weights, shapes, prompts, steps, eos, pad) -> tuple:
+    spec, flat = _packed(cfg, shapes, weights)
+    packed = np.full((len(prompts), max(len(p) for p in prompts)), -1, dtype=np.int64)
+    for row, prompt in enumerate(prompts):
+        packed[row, :len(prompt)] = prompt
+    return spec, flat, packed, steps, eos, pad
+
+
+def _apart(cfg, weights, shapes, prompts, steps, eos, pad) -> bool:
+    """Every catalogued mistake gives other tokens than the reference, and than every other mistake,
+    on this call."""
+    from coursekit.drivers.gpt import batched
+
+    args = _batch_args(cfg, weights, shapes, prompts, steps, eos, pad)
+    answers = [batched(ref.generate_batch)(*args)] + [batched(_batch_variant(**knob))(*args) for knob in _KNOBS_APART]
+    return all(not torch.equal(answers[i], answers[j]) for i in range(len(answers)) for j in range(i))
+
+
+def _judge_batch(case: Case) -> None:
+    """Tokens by exact equality (ids are integers), row by row."""
+    _explain_raised(case)
+    got = value(case.answer, case.what)
+    expected = case.expected
+    if isinstance(got, np.ndarray) and got.shape == expected.shape and np.array_equal(got, expected):
+        return
+    found = catalogued(case, case.answer)
+    if found:
+        case.fail(found)
+    pad = case.call.args[5]
+    if isinstance(got, np.ndarray) and got.shape == expected.shape:
+        same = [np.array_equal(a, b) for a, b in zip(got, expected)]
+        stops = [(b[:len(b) - np.argmax(b[::-1] != pad)] if (b != pad).any() else b) for b in expected]
+        if all(np.array_equal(a[:len(s)], s) for a, s in zip(got, stops)):
+            case.fail("the tokens of every row are right up to its eos_id, but not after it: once a row has "
+                      "written eos_id, its later places are pad_id (each row stops on its own)")
+        case.fail(f"{sum(same)} of {len(same)} rows get the tokens their prompt gets alone: left-pad the prompts, "
+                  "count each token's position from its prompt's first real token, and let no query attend to a "
+                  "pad key, at every step")
+    case.fail("it returns other tokens than each prompt generated alone")
+
+
+_NO_PAD_KEY = ("mask the keys where the batch holds padding, (batch, 1, t, past + t) = causal & real[:, None, :], "
+               "at every step")
+
+GENERATE_BATCH = Spec(
+    id="gpt-generate_batch",
+    function="generate_batch",
+    driver="gpt.batched",
+    inputs=_batch_calls,
+    reference=ref.generate_batch,
+    judge=_judge_batch,
+    variant=_batch_variant,
+    knobs=(
+        Knob("padding", (("right", "the prompts are padded on the right, so a shorter prompt's next token is read at "
+                                   "a pad and its new tokens come after the pads: pad on the LEFT, so that every "
+                                   "row's last real token is in the last column"),)),
+        Knob("positions", (("columns", "the positions are counted from the batch's first column, so a shorter "
+                                       "prompt starts at the position of its first pad: count from each prompt's first "
+                                       "real token, positions = real.cumsum(1) - 1 (0 at the pads, clamped)"),)),
+        Knob("mask", (("none", "there is no padding mask, so real tokens attend to the pads: " + _NO_PAD_KEY),
+                      ("inverted", "the padding mask is inverted: the queries attend to the pads and not to the "
+                                   "real tokens (the course's masks: True = may attend)"))),
+        Knob("steps", (("first", "the padding mask is applied to the prompt only: at the later steps the new token "
+                                 "attends to the pad keys in the cache. Keep the mask of the real columns and extend "
+                                 "it by one True per step"),)),
+        Knob("eos", (("stop_all", "generation stops for every row when the first row writes eos_id: each row stops "
+                                  "on its own (pad_id after its eos_id), and the loop only when every row has"),
+                     ("continue", "a row goes on writing after its eos_id: once a row has written eos_id, its later "
+                                  "places are pad_id"))),
+    ),
+    rules=(
+        Rule("prompts of different lengths in one batch, left-padded", lambda call: len(
+            {int((row >= 0).sum()) for row in call.args[2]}) > 1),
+        Rule("a batch of one", lambda call: len(call.args[2]) == 1),
+        Rule("a prompt of one token", lambda call: any(int((row >= 0).sum()) == 1 for row in call.args[2])),
+        Rule("rows finish at different steps, pad_id after eos_id", lambda call: len(call.args[2]) > 1),
+        Rule("positions counted from each prompt's first real token", _differs(
+            "gpt-generate_batch", _batch_variant(positions="columns"), "gpt.batched", ref.generate_batch)),
+        Rule("no query attends to a pad key", _differs(
+            "gpt-generate_batch", _batch_variant(mask="none"), "gpt.batched", ref.generate_batch)),
+    ),
+    equivalent=(
+        ("L10 torch.full((batch, longest), pad_id, dtype=torch.int64) -> torch.full((batch, longest), pad_id)",
+         "pad_id is a Python int, and torch.full with an int fill makes int64"),
+        ("L15 torch.full((batch, max_new_tokens), pad_id, dtype=torch.i... -> torch.full((batch, max_new_tokens), "
+         "pad_id)", "pad_id is a Python int, and torch.full with an int fill makes int64"),
+        ("L20 past + t -> t", "after the prompt (past = 0, where past + t is t) each step feeds one token: keys "
+                              "arange(1) against the query past makes the causal part all True and the self part "
+                              "all False, which broadcast over the past + 1 columns of real, whose last is True"),
+        ("L35 -1 -> 1 #2", "the logits of the last position are 2-d, (batch, V): dim=1 is dim=-1"),
+        ("L38 if done.all(): break -> (left out)", "once every row is done, each later step writes pad_id in every "
+                                                    "row (masked_fill(done, pad_id)), as the tokens were filled"),
+    ),
+)
+
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)

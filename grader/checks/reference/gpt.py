@@ -222,3 +222,47 @@ def beam_search(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
     ranked = [(score / length_penalty(len(seq) - start, alpha), seq[start:]) for seq, score in finished + alive]
     score, tokens = max(ranked, key=lambda r: r[0])
     return torch.tensor(tokens, dtype=torch.int64), score
+
+
+@torch.no_grad()
+def generate_batch(model, prompts, max_new_tokens, eos_id, pad_id):
+    """Greedy decoding of prompts of different lengths in one batch, with a KV cache: the prompts
+    left-padded with pad_id, each token at its position counted from its prompt's first real token,
+    no query attending to a pad key (a pad query sees itself only, so no row of the mask is empty);
+    after a row's eos_id, pad_id. Returns (batch, max_new_tokens) int64, equal to each prompt
+    generated alone. Uses the model's parts only (eval mode: no dropout)."""
+    lengths = torch.tensor([len(prompt) for prompt in prompts])
+    batch, longest = len(prompts), int(lengths.max())
+    ids = torch.full((batch, longest), pad_id, dtype=torch.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, longest - len(prompt):] = prompt
+    real = torch.arange(longest)[None, :] >= (longest - lengths)[:, None]          # (batch, longest)
+    positions = (real.cumsum(dim=1) - 1).clamp(min=0)
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.int64)
+    done = torch.zeros(batch, dtype=torch.bool)
+    cache = []
+    for step in range(max_new_tokens):
+        past, t = real.shape[1] - ids.shape[1], ids.shape[1]
+        keys, queries = torch.arange(past + t)[None, :], torch.arange(past, past + t)[:, None]
+        mask = ((keys <= queries) & (real[:, None, :] | (keys == queries)))[:, None]   # (batch, 1, t, past + t)
+        x = model.tok_embed(ids) + model.pos_embed(positions)
+        for i, block in enumerate(model.blocks):
+            attn = block.attn
+            h = block.norm1(x)
+            q, k, v = (split_heads(layer(h), attn.heads) for layer in (attn.W_q, attn.W_k, attn.W_v))
+            if step:
+                k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
+            out, _ = scaled_dot_product_attention(q, k, v, mask)
+            x = x + attn.W_o(merge_heads(out))
+            x = x + block.linear2(F.gelu(block.linear1(block.norm2(x))))
+        token = model.lm_head(model.norm(x[:, -1])).argmax(dim=-1).masked_fill(done, pad_id)
+        tokens[:, step] = token
+        done = done | (token == eos_id)
+        if done.all():
+            break
+        ids, positions = token[:, None], positions[:, -1:] + 1
+        real = torch.cat([real, torch.ones(batch, 1, dtype=torch.bool)], dim=1)
+    return tokens
