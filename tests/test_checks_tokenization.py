@@ -573,6 +573,48 @@ def _compose_unchecked(text):
     return "".join(out)
 
 
+# ---------------------------------------------------------------- gpt2_pretokenize
+
+def _gpt2_kind(ch):
+    return "L" if ch.isalpha() else "N" if ch.isdecimal() else "S" if ch.isspace() else "P"
+
+
+def _gpt2_by_hand(text):
+    """GPT-2's pattern as a loop over the characters, as a learner writes it without regex."""
+    pieces, i, n = [], 0, len(text)
+    while i < n:
+        contraction = next((c for c in ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d") if text.startswith(c, i)), None)
+        if contraction:
+            pieces.append(contraction)
+            i += len(contraction)
+            continue
+        start = i
+        if text[i] == " " and i + 1 < n and _gpt2_kind(text[i + 1]) != "S":
+            i += 1
+        kind = _gpt2_kind(text[i])
+        if kind == "S":
+            j = i
+            while j < n and text[j].isspace():
+                j += 1
+            end = j if j == n else (j - 1 if j - i >= 2 else i + 1)
+        else:
+            end = i
+            while end < n and _gpt2_kind(text[end]) == kind:
+                end += 1
+        pieces.append(text[start:end])
+        i = end
+    return pieces
+
+
+def _gpt2_split_filter(text):
+    pattern = r"('s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+)"
+    return [piece for piece in re.split(pattern, text) if piece]
+
+
+def _gpt2_pattern(pattern):
+    return lambda text: re.findall(pattern, text)
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -665,6 +707,20 @@ MISTAKES = {
         (lambda text: print(_compose_groups(text)), "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-gpt2_pretokenize": [
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?[^\s\w]+|\s+(?!\S)|\s+"), "letters and digits are in one piece"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\s\w]+|\s+(?!\S)|\s+"),
+         "Hangul syllables are lost"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"), "underscores are lost"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d|[^\W\d_]+\s?|\d+\s?|(?:[^\s\w]|_)+\s?|\s+"),
+         "a piece ends with a space"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+"), "a run of whitespace takes the space of the word after it"),
+        (_gpt2_pattern(r" ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"), "English contractions are not pieces"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s*"), "an empty piece"),
+        (lambda text: "".join(_gpt2_by_hand(text)), "returns one str"),
+        (lambda text: print(_gpt2_by_hand(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -682,6 +738,8 @@ VARIANTS = {
     # has no compatibility decomposition), a regular expression
     "tokenization-to_jamo": [_jamo_checked(_by_hand()), _jamo_checked(_nfd_syllables("NFKD")), _jamo_regex],
     "tokenization-from_jamo": [_compose_by_hand, _compose_groups, _compose_syllables],
+    # the pattern as a loop over the characters (str.isalpha, str.isdecimal), and re.split with the pattern captured
+    "tokenization-gpt2_pretokenize": [_gpt2_by_hand, _gpt2_split_filter],
 }
 
 

@@ -159,3 +159,22 @@ def _text_driver(name: str) -> Any:
 
 drive_to_jamo = _text_driver("to_jamo")      # to_jamo(text) -> text
 drive_from_jamo = _text_driver("from_jamo")  # from_jamo(text) -> text
+
+
+def drive_gpt2_pretokenize(fn: Any) -> Any:
+    """gpt2_pretokenize(text) -> the same, returning the pieces as a list of str."""
+    def run(text):
+        pieces = fn(text)
+        if pieces is None:
+            return None
+        if isinstance(pieces, str):
+            raise TypeError("gpt2_pretokenize should return a list of str (the pieces), but it returns one str: "
+                            "re.findall(pattern, text) gives the list")
+        if not isinstance(pieces, (list, tuple)) or not all(isinstance(p, str) for p in pieces):
+            raise TypeError(f"gpt2_pretokenize should return a list of str (the pieces), but it returns {_kind(pieces)}"
+                            + (" with an item that is no str" if isinstance(pieces, (list, tuple)) else ""))
+        if any(p == "" for p in pieces):
+            raise TypeError("gpt2_pretokenize returns an empty piece: every piece holds at least one character "
+                            "(a pattern that can match nothing, such as \\s*, adds empty matches)")
+        return list(pieces)
+    return run

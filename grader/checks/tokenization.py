@@ -1,5 +1,6 @@
-"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises) and Hangul
-below the syllable, to_jamo and from_jamo (two).
+"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises), Hangul
+below the syllable, to_jamo and from_jamo (two), and GPT-2's pre-tokenizer, gpt2_pretokenize
+(one: its pieces, judged against the pattern of GPT-2's encoder.py written with re's classes).
 
 The answers are text: dicts of symbol pairs, lists of merges, ids, a decoded string. The
 drivers (``coursekit/drivers/tokenization.py``) hand them back as strings and int64 arrays
@@ -1317,4 +1318,134 @@ FROM_JAMO = Spec(
     figures=("tokenization-from_jamo-figure",),
 )
 
-SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO)
+# ---------------------------------------------------------------- gpt2_pretokenize
+
+_CONTRACTIONS = r"'(?:s|t|re|ve|m|ll|d)|"
+
+
+def _splitter(pattern: str) -> Callable[[str], list[str]]:
+    """A learner's pre-tokenizer: ``re.findall`` with ``pattern``."""
+    compiled = re.compile(pattern)
+    return lambda text: compiled.findall(text)
+
+
+_ODD = ("don't", "I'm", "we'll", "it's", "they've", "you're", "she'd", "cat's", "3 cats", "2024년", "abc123",
+        "12,000", "(고기)", "...!", "e-mail", "x_y", "🙂🙂", "a+b=c", "고양이가!")
+
+
+def _gpt2_texts(rng: np.random.Generator) -> tuple[str, str]:
+    """Korean and English sentences of the toy grammar with contractions, numbers, digits next to
+    letters, punctuation and emoji between them, runs of spaces, tabs and line breaks; and a text
+    whose words stand after runs of whitespace and which ends in one."""
+    first, second, third, fourth = _sentences(rng, 2, 2)
+    odd = list(_ODD)
+    rng.shuffle(odd)
+    digits = str(int(rng.integers(10, 10_000)))
+    mixed = (f"{first} {' '.join(odd[:7])}, {second}.\n{third} {digits}{odd[7]}  {' '.join(odd[8:13])}!\t"
+             f"{fourth}: {' '.join(odd[13:])}")
+    gaps = ["  ", "   ", "\t", " \t ", "\n", "\n\n ", " "]
+    words = " ".join(_sentences(rng, 2, 1)).split(" ")
+    spaced = "".join(word + gaps[int(rng.integers(len(gaps)))] for word in words) + "  "
+    return mixed, "  " + spaced
+
+
+def _gpt2_inputs(rng: np.random.Generator) -> list[Call]:
+    mixed, spaced = _gpt2_texts(rng)
+    return [Call((mixed,), what="gpt2_pretokenize(text) for sentences with contractions, digits and punctuation"),
+            Call((spaced,), what="gpt2_pretokenize(text) for words after runs of spaces, tabs and line breaks")]
+
+
+def _kind_of_piece(piece: str) -> str:
+    core = piece[1:] if piece[:1] == " " and len(piece) > 1 else piece
+    if re.fullmatch(r"[^\W\d_]+", core):
+        return "letters"
+    if re.fullmatch(r"\d+", core):
+        return "digits"
+    return "whitespace" if core.isspace() else "other"
+
+
+def _describe_pieces(case: Case) -> None:
+    """What a wrong pre-tokenizer did: text lost or added, spaces after words, letters with
+    digits, Hangul with punctuation, whitespace runs, contractions; or where it first differs."""
+    got, want, text = case.answer, case.expected, case.call.args[0]
+    if "".join(got) != text:
+        lost = set(Counter(text) - Counter("".join(got)))
+        if lost and lost <= {"_"}:
+            case.fail("underscores are lost: \\w takes _, so [^\\s\\w] misses it and findall skips it; the "
+                      "punctuation class is everything but whitespace, letters and digits, (?:[^\\s\\w]|_)")
+        if any(_syllable(ch) for ch in lost):
+            case.fail("Hangul syllables are lost: [a-zA-Z] knows only Latin letters, and [^\\s\\w] leaves out "
+                      "every \\w character; a letter is any Unicode letter, [^\\W\\d_] with re (\\p{L} with "
+                      "the regex module)")
+        case.fail("its pieces put back together are not the text: every character, spaces, tabs and line breaks "
+                  "too, belongs to exactly one piece (\"\".join(pieces) == text)")
+    if any(p[-1] == " " and p.strip() for p in got):
+        case.fail("a piece ends with a space: the space goes with the word after it (' world'), ' ?' before the "
+                  "letters, digits or punctuation, not after them")
+    if any(re.search(r"[^\W\d_]", p) and re.search(r"\d", p) for p in got):
+        case.fail("letters and digits are in one piece (\\w+ takes both): a run of letters and a run of digits are "
+                  "two pieces, [^\\W\\d_]+ and \\d+")
+    if any(re.search("[\uac00-\ud7a3]", p) and re.search(r"[^\s\w]", p) for p in got):
+        case.fail("Hangul syllables and punctuation are in one piece: [a-zA-Z] knows only Latin letters; a letter "
+                  "is any Unicode letter, [^\\W\\d_] with re (\\p{L} with the regex module)")
+    if any(p.isspace() and len(p) > 1 for p in got) and not any(p.isspace() and len(p) > 1 for p in want) or \
+            sum(p[:1] == " " and not p.isspace() for p in got) < sum(p[:1] == " " and not p.isspace() for p in want):
+        case.fail("after a run of whitespace the next word has no space: the run keeps its last space for the "
+                  "word after it, \\s+(?!\\S) before \\s+")
+    if sum(p[:1] == "'" for p in got) < sum(p[:1] == "'" for p in want):
+        case.fail("English contractions are not pieces of their own: 's 't 're 've 'm 'll 'd come first in the "
+                  "pattern, so don't is don + 't")
+    k = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+    kind = _kind_of_piece(want[k]) if k < len(want) else "the end of the text"
+    case.fail(f"{_plural(len(got), 'piece')} where the rule gives {len(want)}; the first that differs is piece "
+              f"{k + 1}, which should be a piece of {kind}")
+
+
+GPT2_RULES = (
+    Rule("English contractions", lambda call: bool(re.search(r"\w'(s|t|re|ve|m|ll|d)\b", call.args[0]))),
+    Rule("digits next to letters", lambda call: bool(re.search(r"[^\W\d_]\d|\d[^\W\d_]", call.args[0]))),
+    Rule("Hangul next to punctuation", lambda call: bool(re.search("[\uac00-\ud7a3][^\\s\\w]", call.args[0]))),
+    Rule("runs of whitespace before a word",
+         lambda call: bool(re.search(r"\s\s\S", call.args[0]))),
+    Rule("whitespace at the end of the text", lambda call: call.args[0][-1:].isspace()),
+)
+
+_LETTER, _DIGIT, _OTHER = r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
+
+GPT2_PRETOKENIZE = Spec(
+    id="tokenization-gpt2_pretokenize",
+    function="gpt2_pretokenize",
+    inputs=_gpt2_inputs,
+    reference=ref.gpt2_pretokenize,
+    driver="tokenization.drive_gpt2_pretokenize",
+    prepare=lambda answer, call, what: _strings(answer, what),
+    judge=_judged(_describe_pieces),
+    rtol=0.0, atol=0.0,
+    rules=GPT2_RULES,
+    mistakes=(
+        Mistake("space_after", "the space goes with the word before it ('hello ' + 'world'): GPT-2 keeps it with "
+                "the word after it (' world'), ' ?' before the letters, digits or punctuation",
+                _splitter(_CONTRACTIONS + rf"{_LETTER}+ ?|{_DIGIT}+ ?|{_OTHER}+ ?|\s+")),
+        Mistake("digits_with_letters", "letters and digits are in one piece (\\w+ takes both, so 2024년 is one "
+                "piece): a run of letters and a run of digits are two pieces, [^\\W\\d_]+ and \\d+",
+                _splitter(_CONTRACTIONS + rf" ?[^\W_]+| ?{_OTHER}+|\s+(?!\S)|\s+")),
+        Mistake("ascii_letters", "Korean is not read as letters: [a-zA-Z] knows only Latin letters, so Hangul falls "
+                "into the punctuation class and joins the punctuation next to it; a letter is any Unicode "
+                "letter, [^\\W\\d_] with re (\\p{L} with the regex module)",
+                _splitter(_CONTRACTIONS + r" ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+")),
+        Mistake("whitespace_run", "a run of whitespace takes the space of the word after it ('  ' + 'world'): the "
+                "run keeps its last space for that word ('  world' is ' ' + ' world'), \\s+(?!\\S) before \\s+",
+                _splitter(_CONTRACTIONS + rf" ?{_LETTER}+| ?{_DIGIT}+| ?{_OTHER}+|\s+")),
+        Mistake("no_contractions", "English contractions are not pieces of their own ('don', \"'\", 't'): 's 't "
+                "'re 've 'm 'll 'd come first in the pattern, so don't is 'don' + \"'t\"",
+                _splitter(rf" ?{_LETTER}+| ?{_DIGIT}+| ?{_OTHER}+|\s+(?!\S)|\s+")),
+        Mistake("space_separated", "punctuation and digits stay glued to the word (the notebook's pretokenize, "
+                "' ?\\S+'): a run of letters, of digits and of punctuation are each a piece of their own",
+                _splitter(r" ?\S+|\s")),
+        Mistake("split", "spaces, tabs and line breaks are lost (text.split()): the pieces put back together "
+                "must be the text, every space kept with the word after it", lambda text: text.split()),
+    ),
+    figures=("tokenization-gpt2_pretokenize-figure",),
+)
+
+SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE)

@@ -191,3 +191,23 @@ def from_jamo(text: str) -> str:
     """The inverse of ``to_jamo``: each run of conjoining jamo composed (NFC), nothing else touched;
     a letter that makes no syllable with its neighbours (a lone final) stays as it is."""
     return _JAMO_RUN.sub(lambda run: unicodedata.normalize("NFC", run.group()), text)
+
+
+
+def gpt2_pretokenize(text: str) -> list[str]:
+    r"""Text -> GPT-2's pieces (``"".join(pieces) == text``): an English contraction ('s 't 're
+    've 'm 'll 'd), a run of letters, of digits or of other characters (punctuation, symbols),
+    each with the one space before it; a run of whitespace keeps its last space for the word
+    after it (``\s+(?!\S)``), and whitespace at the end is one piece.
+
+    GPT-2's pattern (Radford et al., 2019, section 2.2; its encoder.py) with ``re``'s Unicode
+    classes for the ``regex`` module's ``\p{L}`` and ``\p{N}``: a letter is ``[^\W\d_]`` (a word
+    character that is no digit and no underscore), a digit ``\d`` (a Unicode decimal digit).
+    """
+    contraction = r"'(?:s|t|re|ve|m|ll|d)"
+    letters = " ?" + r"[^\W\d_]+"
+    digits = " ?" + r"\d+"
+    other = " ?" + r"(?:[^\s\w]|_)+"
+    spaces_before_a_word = r"\s+" + r"(?!\S)"
+    pattern = "|".join([contraction, letters, digits, other, spaces_before_a_word, r"\s+"])
+    return re.findall(pattern, text)
