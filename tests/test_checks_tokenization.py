@@ -615,6 +615,59 @@ def _gpt2_pattern(pattern):
     return lambda text: re.findall(pattern, text)
 
 
+# ---------------------------------------------------------------- encode_user_text
+
+def _user_split(text, tokens, merges, allowed_special=()):
+    """As the notebook's solution: the allowed strings split off with re.split, the rest encode_ordinary."""
+    allowed = SPECIALS if allowed_special == "all" else list(allowed_special)
+    if any(s not in SPECIALS for s in allowed):
+        raise ValueError("allowed_special takes special tokens only")
+    if not allowed:
+        return ref.encode_ordinary(text, tokens, merges)
+    ids = []
+    for piece in re.split("(" + "|".join(map(re.escape, allowed)) + ")", text):
+        ids += [SPECIALS.index(piece)] if piece in allowed else ref.encode_ordinary(piece, tokens, merges)
+    return ids
+
+
+def _user_scan(text, tokens, merges, allowed_special=()):
+    """A scan: at each position the allowed string that starts there, else one more character of text."""
+    allowed = list(SPECIALS) if allowed_special == "all" else sorted(allowed_special)
+    for s in allowed:
+        if s not in SPECIALS:
+            raise ValueError(f"not a special token: {s}")
+    ids, start, i = [], 0, 0
+    while i < len(text):
+        hit = next((s for s in allowed if text.startswith(s, i)), None)
+        if hit:
+            ids += ref.encode_ordinary(text[start:i], tokens, merges) + [SPECIALS.index(hit)]
+            i = start = i + len(hit)
+        else:
+            i += 1
+    return ids + ref.encode_ordinary(text[start:], tokens, merges)
+
+
+def _user_always(text, tokens, merges, allowed_special=()):
+    if allowed_special != "all" and any(s not in SPECIALS for s in allowed_special):
+        raise ValueError("not a special token")
+    return ref.bpe_encode(text, tokens, merges)
+
+
+def _user_tiktoken_default(text, tokens, merges, allowed_special=()):
+    allowed = set(SPECIALS) if allowed_special == "all" else set(allowed_special)
+    if any(s in text for s in set(SPECIALS) - allowed):
+        raise ValueError("the text holds a special token that is not allowed")
+    return _user_split(text, tokens, merges, allowed_special)
+
+
+def _user_replace_unk(text, tokens, merges, allowed_special=()):
+    allowed = SPECIALS if allowed_special == "all" else list(allowed_special)
+    for s in SPECIALS:
+        if s not in allowed:
+            text = text.replace(s, "")
+    return _user_split(text, tokens, merges, allowed_special)
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -721,6 +774,19 @@ MISTAKES = {
         (lambda text: print(_gpt2_by_hand(text)), "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-encode_user_text": [
+        (_user_always, "a special-token string that a user typed became its special id"),
+        (_user_tiktoken_default, "tiktoken's encode raises by default"),
+        (_user_replace_unk, "is dropped from the text"),
+        (lambda text, tokens, merges, allowed_special=(): _user_split(text, tokens, [], allowed_special),
+         "first different at position"),  # (the merges not applied: every character its own token)
+        (lambda text, tokens, merges, allowed_special=(): [str(i) for i in _user_split(text, tokens, merges,
+                                                                                          allowed_special)],
+         "returns tokens (str"),
+        (lambda text, tokens, merges, allowed_special=(): print(_user_split(text, tokens, merges, allowed_special)),
+         "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -740,6 +806,8 @@ VARIANTS = {
     "tokenization-from_jamo": [_compose_by_hand, _compose_groups, _compose_syllables],
     # the pattern as a loop over the characters (str.isalpha, str.isdecimal), and re.split with the pattern captured
     "tokenization-gpt2_pretokenize": [_gpt2_by_hand, _gpt2_split_filter],
+    # re.split on the allowed strings, and a scan position by position
+    "tokenization-encode_user_text": [_user_split, _user_scan],
 }
 
 

@@ -178,3 +178,15 @@ def drive_gpt2_pretokenize(fn: Any) -> Any:
                             "(a pattern that can match nothing, such as \\s*, adds empty matches)")
         return list(pieces)
     return run
+
+
+def drive_encode_user_text(fn: Any) -> Any:
+    """encode_user_text(text, tokens, merges, allowed_special) -> fn(text, tokens, lefts, rights,
+    allowed) returning the ids as an int64 array; ``allowed`` is "all" or the allowed strings
+    with spaces between them ("" for none), handed to the learner as "all" or a set of str (as
+    tiktoken takes it)."""
+    def run(text, tokens, lefts, rights, allowed):
+        allowed = allowed if allowed == "all" else set(allowed.split())
+        ids = fn(text, list(tokens), list(zip(lefts, rights)), allowed_special=allowed)
+        return None if ids is None else _id_array(ids, "encode_user_text")
+    return run

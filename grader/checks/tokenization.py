@@ -1448,4 +1448,138 @@ GPT2_PRETOKENIZE = Spec(
     figures=("tokenization-gpt2_pretokenize-figure",),
 )
 
-SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE)
+# ---------------------------------------------------------------- encode_user_text
+
+
+def _user_text_inputs(rng: np.random.Generator) -> list[Call]:
+    """A user's text that types every special-token string (inside a word, after a space, one
+    in another's brackets, at the end), for one tokenizer: nothing allowed, one allowed, "all",
+    and a string that is no special token among the allowed, which must raise."""
+    _, tokens, merges = _tokenizer(rng)
+    first, second = _sentences(rng, 1, 1)
+    specials = list(SPECIALS)
+    rng.shuffle(specials)
+    typed = (f"{first}{specials[0]}{second} {specials[1]}x<{specials[2]}> {specials[3]}\n"
+             f"<eo s> {specials[0]}")
+    lefts, rights = tuple(a for a, _ in merges), tuple(b for _, b in merges)
+    asked = [("", "nothing allowed"), (specials[0], f"{specials[0]} allowed"), ("all", '"all" allowed'),
+             (f"{specials[1]} <end>", "a string that is no special token among the allowed")]
+    return [Call((typed, tokens, lefts, rights, allowed), raises="ValueError" if "<end>" in allowed else None,
+                 what=f"encode_user_text(text, tokens, merges, allowed_special) for a user's text, {kind}")
+            for allowed, kind in asked]
+
+
+def _allowed(allowed) -> set:
+    """What a learner's function reads from allowed_special: "all", or a collection of strings."""
+    return set(SPECIALS) if allowed == "all" else set(allowed)
+
+
+def _user_encoder(specials: str = "allowed", all_means: str = "all"):
+    """A learner's encode_user_text: the allowed strings split off; the others typed in the text
+    encoded as text ("allowed"), always as their ids ("always"), never ("never"), as <unk>
+    ("unk") or dropped ("dropped"); "all" read as every special token or as none."""
+    def encode(text, tokens, merges, allowed_special=()):
+        if allowed_special == "all":
+            allowed_special = SPECIALS if all_means == "all" else ()
+        for special in allowed_special:
+            if special not in SPECIALS:
+                raise ValueError(f"{special!r} is no special token")
+        allowed = set(allowed_special)
+        if specials == "always":
+            return ref.bpe_encode(text, tokens, merges)
+        if specials == "never":
+            return ref.encode_ordinary(text, tokens, merges)
+        ids = []
+        for piece in re.split("(" + "|".join(map(re.escape, SPECIALS)) + ")", text):
+            if piece in allowed:
+                ids.append(SPECIALS.index(piece))
+            elif piece in SPECIALS and specials == "unk":
+                ids.append(UNK_ID)
+            elif piece in SPECIALS and specials == "dropped":
+                continue
+            else:
+                ids += ref.encode_ordinary(piece, tokens, merges)
+        return ids
+    return encode
+
+
+def _describe_user_text(case: Case) -> None:
+    """What a wrong encode_user_text did: special ids for text not allowed, allowed strings not
+    made special, text lost, or where the ids first differ."""
+    got, want = [int(i) for i in case.answer], [int(i) for i in case.expected]
+    text, tokens = case.call.args[0], case.call.args[1]
+    specials_got = [i for i in got if i < ref.BYTE_OFFSET]
+    specials_want = [i for i in want if i < ref.BYTE_OFFSET]
+    if len(specials_got) > len(specials_want):
+        case.fail(f"{_plural(len(specials_got) - len(specials_want), 'special id')} too many: a special-token string "
+                  "typed in the text that allowed_special does not allow is ordinary text, encoded like any other "
+                  "characters (its letters and bytes), never its id 0-3")
+    if len(specials_got) < len(specials_want):
+        case.fail(f"{_plural(len(specials_want) - len(specials_got), 'allowed special-token string')} of the text "
+                  "did not become its id (0-3): each string of allowed_special is one id, SPECIALS.index(string); "
+                  "allowed_special='all' allows the four")
+    try:
+        decoded = ref.bpe_decode(got, list(tokens))
+    except ValueError:
+        case.fail("an id is not in the vocabulary (0 .. 259 + len(tokens))")
+    if decoded != text:
+        case.fail("its ids do not decode back to the text: every character is kept, a special-token string that is "
+                  "not allowed too (as text, not dropped)")
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    case.fail(f"{_plural(len(got), 'id')} where the rule gives {len(want)}, first different at position {k}: the "
+              "ordinary text between the allowed strings is encoded with encode_ordinary, piece by piece")
+
+
+USER_TEXT_RULES = (
+    Rule("special-token strings typed in the text, none allowed", lambda call: call.args[4] == ""
+         and any(s in call.args[0] for s in SPECIALS)),
+    Rule("one special token allowed, the others typed as text",
+         lambda call: call.args[4] in SPECIALS and any(s in call.args[0] for s in set(SPECIALS) - {call.args[4]})),
+    Rule('allowed_special="all" allows the four', lambda call: call.args[4] == "all"),
+    Rule("a special-token string inside a word, and one in another's brackets",
+         lambda call: bool(re.search(r"\S(<pad>|<bos>|<eos>|<unk>)\S", call.args[0]))
+         and any(f"<{s}>" in call.args[0] for s in SPECIALS)),
+    Rule("a string that is no special token among the allowed raises ValueError",
+         lambda call: call.raises == "ValueError"),
+)
+
+
+ENCODE_USER_TEXT = Spec(
+    id="tokenization-encode_user_text",
+    function="encode_user_text",
+    inputs=_user_text_inputs,
+    reference=ref.encode_user_text,
+    driver="tokenization.drive_encode_user_text",
+    prepare=lambda answer, call, what: _ints(answer, what),
+    judge=_judged(_describe_user_text),
+    rtol=0.0, atol=0.0,
+    rules=USER_TEXT_RULES,
+    mistakes=(
+        Mistake("always_special", "a special-token string that a user typed became its special id (bpe_encode's "
+                "pretokenize makes every one special): only the strings of allowed_special become ids 0-3; any "
+                "other is ordinary text, so that a user who types <eos> cannot end the model's sequence",
+                _user_encoder(specials="always")),
+        Mistake("never_special", "the allowed special-token strings are encoded as ordinary text: each string of "
+                "allowed_special in the text is one id, SPECIALS.index(string)", _user_encoder(specials="never")),
+        Mistake("unk_for_text", "a special-token string that is not allowed becomes <unk> (id 3): it is ordinary "
+                "text, encoded like any other characters, so that decoding gives the text back",
+                _user_encoder(specials="unk")),
+        Mistake("dropped", "a special-token string that is not allowed is dropped from the text: it is ordinary "
+                "text, encoded like any other characters, so that decoding gives the text back",
+                _user_encoder(specials="dropped")),
+        Mistake("all_ignored", "allowed_special='all' allows no special token here: 'all' means the four, "
+                "<pad> <bos> <eos> <unk> (as in tiktoken)", _user_encoder(all_means="none")),
+    ),
+    errors=(
+        Raises("{what} raised a ValueError: a special-token string that is not allowed is ordinary text here, not an "
+               "error (tiktoken's encode raises by default, disallowed_special='all'; this function is its "
+               "encode(text, allowed_special=..., disallowed_special=())); and allowed_special='all' allows the four",
+               example=lambda text, tokens, merges, allowed_special=(): (_ for _ in ()).throw(
+                   ValueError("the text holds a special token that is not allowed")),
+               match="ValueError", when=lambda call: not call.raises),
+    ),
+    figures=("tokenization-encode_user_text-figure",),
+)
+
+SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE,
+         ENCODE_USER_TEXT)
