@@ -1530,6 +1530,8 @@ def _describe_user_text(case: Case) -> None:
               "ordinary text between the allowed strings is encoded with encode_ordinary, piece by piece")
 
 
+_AS_TEXT = "it is ordinary text, encoded like any other characters, so that decoding gives the text back"
+
 USER_TEXT_RULES = (
     Rule("special-token strings typed in the text, none allowed", lambda call: call.args[4] == ""
          and any(s in call.args[0] for s in SPECIALS)),
@@ -1561,11 +1563,9 @@ ENCODE_USER_TEXT = Spec(
                 _user_encoder(specials="always")),
         Mistake("never_special", "the allowed special-token strings are encoded as ordinary text: each string of "
                 "allowed_special in the text is one id, SPECIALS.index(string)", _user_encoder(specials="never")),
-        Mistake("unk_for_text", "a special-token string that is not allowed becomes <unk> (id 3): it is ordinary "
-                "text, encoded like any other characters, so that decoding gives the text back",
+        Mistake("unk_for_text", "a special-token string that is not allowed becomes <unk> (id 3): " + _AS_TEXT,
                 _user_encoder(specials="unk")),
-        Mistake("dropped", "a special-token string that is not allowed is dropped from the text: it is ordinary "
-                "text, encoded like any other characters, so that decoding gives the text back",
+        Mistake("dropped", "a special-token string that is not allowed is dropped from the text: " + _AS_TEXT,
                 _user_encoder(specials="dropped")),
         Mistake("all_ignored", "allowed_special='all' allows no special token here: 'all' means the four, "
                 "<pad> <bos> <eos> <unk> (as in tiktoken)", _user_encoder(all_means="none")),
