@@ -915,7 +915,21 @@ def _no_round_trip(bpe_decode) -> bool:
     return bpe_decode(ref.bpe_encode(text, tokens, merges), tokens) != text
 
 
+def _pieces_lose_text(gpt2_pretokenize) -> bool:
+    return any("".join(gpt2_pretokenize(text)) != text
+               for text in ["<bos>나는 고기를  먹었다\n<eos>", "it's 12,000 won!!  🙂\t", "x_y 3cats 고양이가,  2마리"])
+
+
+def _user_text_lost(encode_user_text) -> bool:
+    merges = [("고", "기"), (" ", "고기"), ("e", "o")]
+    tokens, text = ref.learned_tokens("고기 고기를 eos", merges), "<eos>고기를 <bos>x<<pad>>  eos\n<unk>"
+    return any(ref.bpe_decode(list(encode_user_text(text, tokens, merges, allowed)), tokens) != text
+               for allowed in [set(), {"<eos>"}, "all"])
+
+
 VISIBLE_PROPERTIES = [
+    Property("tokenization-gpt2_pretokenize", "the pieces put back together are the text", _pieces_lose_text),
+    Property("tokenization-encode_user_text", "bpe_decode(encode_user_text(text, ...)) == text", _user_text_lost),
     Property("tokenization-merge_pair", "('고', '기', '를') becomes ('고기', '를')", _counts_do_not_add),
     Property("tokenization-bpe_encode", "merges apply in the order learned", _not_in_order),
     Property("tokenization-bpe_decode", "bpe_decode(bpe_encode(text)) == text", _no_round_trip),
