@@ -714,7 +714,8 @@ MISTAKES = {
     "tokenization-bpe_encode": [
         (_encode_adds_bos_eos, "special tokens are not the text's"),
         (_encode_code_points, "do not decode back to the text"),
-        (_encode_reversed, "its ids decode back to the text, but as"),
+        # merges in reverse order: on some seeds a longer token than BPE makes comes first (and is named so)
+        (_encode_reversed, "in the order learned"),
         (_greedy_encoder(_wordpiece), "WordPiece's greedy match"),
         (_greedy_encoder(_by_length), "WordPiece's greedy match"),
         (_greedy_encoder(_from_the_end), "the longest token that ends the word"),
