@@ -714,7 +714,7 @@ MISTAKES = {
     "tokenization-bpe_encode": [
         (_encode_adds_bos_eos, "special tokens are not the text's"),
         (_encode_code_points, "do not decode back to the text"),
-        # merges in reverse order: on some seeds a longer token than BPE makes comes first (and is named so)
+        # reversed merges decode back as other tokens: longer ones or another count, and both messages say why
         (_encode_reversed, "in the order learned"),
         (_greedy_encoder(_wordpiece), "WordPiece's greedy match"),
         (_greedy_encoder(_by_length), "WordPiece's greedy match"),
