@@ -733,6 +733,34 @@ def _byte_with(change):
     return train_byte_bpe
 
 
+def _byte_decode_bytearray(ids, tokens):
+    """A bytearray grown id by id, decoded once at the end."""
+    data = bytearray()
+    for i in ids:
+        if i < 0 or i >= len(tokens):
+            raise ValueError("id outside the vocabulary")
+        data += tokens[i]
+    return data.decode("utf-8", "replace")
+
+
+def _byte_decode_incremental(ids, tokens):
+    """Python's incremental decoder, fed token by token as a stream, flushed at the end."""
+    import codecs
+    if any(not 0 <= i < len(tokens) for i in ids):
+        raise ValueError("id outside the vocabulary")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return "".join(decoder.decode(tokens[i]) for i in ids) + decoder.decode(b"", final=True)
+
+
+def _byte_decode_by(join_and_decode):
+    def byte_decode(ids, tokens):
+        for i in ids:
+            if not 0 <= i < len(tokens):
+                raise ValueError("id outside the vocabulary")
+        return join_and_decode(ids, tokens)
+    return byte_decode
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -870,6 +898,21 @@ MISTAKES = {
         (lambda text, n: print(ref.train_byte_bpe(text, n)), "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-byte_decode": [
+        (lambda ids, tokens: _byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode(
+            "utf-8", "replace"))([i % len(tokens) for i in ids], tokens), "it should raise ValueError"),  # tokens[-1]
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", "replace").replace(
+            "\ufffd", "?")), "are dropped or kept as other characters"),
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", "replace")[::-1]),
+         "differs from the rule's at character"),
+        (_byte_decode_by(lambda ids, tokens: "".join(tokens[i].decode("utf-8", "replace") for i in ids[:-1])),
+         "too many: bytes of one character"),
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids)), "returns bytes"),
+        (_byte_decode_by(lambda ids, tokens: [tokens[i].decode("utf-8", "replace") for i in ids]),
+         "should return one str"),
+        (lambda ids, tokens: print(b"".join(tokens[i] for i in ids)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -893,6 +936,8 @@ VARIANTS = {
     "tokenization-encode_user_text": [_user_split, _user_scan],
     # minbpe's ids and vocab dict, and the top pair by sorting with bytearray tokens and list merges
     "tokenization-train_byte_bpe": [_byte_ids, _byte_sorted],
+    # a bytearray grown id by id, and Python's incremental UTF-8 decoder fed token by token
+    "tokenization-byte_decode": [_byte_decode_bytearray, _byte_decode_incremental],
 }
 
 

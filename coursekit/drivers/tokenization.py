@@ -231,3 +231,19 @@ def drive_train_byte_bpe(fn: Any) -> Any:
                 [_byte_token(m[0], "train_byte_bpe's merges") for m in merges],
                 [_byte_token(m[1], "train_byte_bpe's merges") for m in merges])
     return run
+
+
+def drive_byte_decode(fn: Any) -> Any:
+    """byte_decode(ids, tokens) -> fn(ids, tokens as hex strings) calling the learner's with a
+    list of Python ints and a list of bytes; the answer must be a str."""
+    def run(ids, tokens):
+        text = fn([int(i) for i in np.asarray(ids).tolist()], [bytes.fromhex(t) for t in tokens])
+        if text is None:
+            return None
+        if isinstance(text, (bytes, bytearray)):
+            raise TypeError("byte_decode should return a str, but it returns bytes: decode the joined bytes once, "
+                            "b''.join(...).decode('utf-8', errors='replace')")
+        if not isinstance(text, str):
+            raise TypeError(f"byte_decode should return one str, but it returns {_kind(text)}")
+        return text
+    return run

@@ -1775,5 +1775,130 @@ TRAIN_BYTE_BPE = Spec(
     figures=("tokenization-train_byte_bpe-figure",),
 )
 
+# ---------------------------------------------------------------- byte_decode
+
+
+def _byte_tokenizer(rng: np.random.Generator) -> tuple[str, list[bytes], list]:
+    """A byte-level vocabulary trained on a few lines of Korean, English and emoji: the text, tokens, merges."""
+    text = "\n".join(line + " 🙂" for line in _sentences(rng, 3, 2))
+    return (text, *ref.train_byte_bpe(text, int(rng.integers(25, 40))))
+
+
+def _split_inside(ids: list[int], tokens: list[bytes]) -> bool:
+    """Some id stands for bytes that are not whole UTF-8 characters by themselves."""
+    def whole(token: bytes) -> bool:
+        try:
+            token.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+    return not all(whole(tokens[i]) for i in ids)
+
+
+def _decode_byte_inputs(rng: np.random.Generator) -> list[Call]:
+    """Ids of Korean, English and emoji lines (syllables split across tokens); the same ids cut
+    inside a character (a partial decode); ids a model might sample, with bytes that are no
+    UTF-8; an id past the vocabulary and a negative one, which must raise."""
+    for _ in range(50):
+        text, tokens, merges = _byte_tokenizer(rng)
+        ids = ref.byte_encode(_sentences(rng, 1, 0)[0] + " 🐱 " + text.split("\n")[0], tokens, merges)
+        cut = next((k for k in range(len(ids) - 1, 0, -1)
+                    if ref.byte_decode(ids[:k], tokens).endswith("\ufffd")), None)
+        if cut is None or not _split_inside(ids, tokens):
+            continue
+        sampled = [int(i) for i in rng.integers(len(tokens), size=12)] + [0x80, 0, 0xEA, 0x41]
+        wire = tuple(t.hex() for t in tokens)
+        as_ids = lambda values: np.array(values, dtype=np.int64)
+        return [Call((as_ids(ids), wire), what="byte_decode(ids, tokens) for a line of Korean, English and emoji"),
+                Call((as_ids(ids[:cut]), wire), what="byte_decode(ids, tokens) for the first ids of a line, cut "
+                                                     "inside a character"),
+                Call((as_ids(sampled), wire), what="byte_decode(ids, tokens) for ids a model sampled"),
+                Call((as_ids(ids[:3] + [len(tokens)]), wire), raises="ValueError",
+                     what="byte_decode(ids, tokens) with an id past the vocabulary"),
+                Call((as_ids([-1] + ids[:3]), wire), raises="ValueError",
+                     what="byte_decode(ids, tokens) with a negative id")]
+    raise RuntimeError("no hidden line splits a character across tokens")  # (never seen: a course bug)
+
+
+def _decoding_bytes(per_token: bool = False, errors: str = "replace", encoding: str = "utf-8",
+                    negative: bool = False):
+    """byte_decode as a learner writes it: each token decoded alone (``per_token``), other
+    ``errors`` or ``encoding``, negative ids let through to Python's indexing (``negative``)."""
+    def byte_decode(ids, tokens):
+        for i in ids:
+            if i >= len(tokens) or (i < 0 and not negative):
+                raise ValueError(f"id {i} is outside the vocabulary")
+        if per_token:
+            return "".join(tokens[i].decode(encoding, errors=errors) for i in ids)
+        return b"".join(tokens[i] for i in ids).decode(encoding, errors=errors)
+    return byte_decode
+
+
+def _describe_byte_decoding(case: Case) -> None:
+    """What a wrong byte_decode did: more or fewer U+FFFD than the rule, characters lost, or
+    where the texts first differ."""
+    got, want = case.answer, case.expected
+    if got.count("\ufffd") > want.count("\ufffd"):
+        case.fail(f"{_plural(got.count(chr(0xFFFD)) - want.count(chr(0xFFFD)), 'replacement character')} (U+FFFD) too "
+                  "many: bytes of one character that stand in two tokens are whole once joined; join all the bytes "
+                  "first, then decode once")
+    if got.count("\ufffd") < want.count("\ufffd"):
+        case.fail("bytes that are no UTF-8 are dropped or kept as other characters: each invalid sequence becomes "
+                  "one U+FFFD, .decode('utf-8', errors='replace')")
+    k = _first_difference(got, want)
+    case.fail(f"its text differs from the rule's at character {k} of {len(want)}: join the tokens' bytes in the "
+              "order of the ids, then decode once as UTF-8 with errors='replace'")
+
+
+BYTE_DECODE_RULES = (
+    Rule("a character split across two tokens",
+         lambda call: not call.raises and _split_inside([int(i) for i in call.args[0]],
+                                                        [bytes.fromhex(t) for t in call.args[1]])
+         and "\ufffd" not in _wire_decode(call)),
+    Rule("ids that end inside a character (a partial decode)", lambda call: _wire_decode(call).endswith("\ufffd")),
+    Rule("bytes that are no UTF-8 in the middle", lambda call: "\ufffd" in _wire_decode(call)[:-1]),
+    Rule("id 0, the byte 0x00, is in the vocabulary", lambda call: not call.raises and 0 in call.args[0]),
+    Rule("an id outside the vocabulary raises ValueError, a negative one too",
+         lambda call: call.raises == "ValueError" and int(min(call.args[0])) < 0),
+)
+
+
+def _wire_decode(call: Call) -> str:
+    """The reference's text for a call (an id outside the vocabulary: '')."""
+    ids, tokens = [int(i) for i in call.args[0]], [bytes.fromhex(t) for t in call.args[1]]
+    return "" if call.raises else ref.byte_decode(ids, tokens)
+
+
+BYTE_DECODE = Spec(
+    id="tokenization-byte_decode",
+    function="byte_decode",
+    inputs=_decode_byte_inputs,
+    reference=ref.byte_decode,
+    driver="tokenization.drive_byte_decode",
+    prepare=_text,
+    judge=_judged(_describe_byte_decoding),
+    rtol=0.0, atol=0.0,
+    rules=BYTE_DECODE_RULES,
+    mistakes=(
+        Mistake("token_by_token", "each token is decoded by itself: a token that holds part of a character (the "
+                "first bytes of a Hangul syllable) becomes U+FFFD, though its bytes and the next token's make one "
+                "character; join all the bytes first, b''.join(...), then decode once", _decoding_bytes(per_token=True)),
+        Mistake("errors_ignore", "bytes that are no UTF-8 are dropped (errors='ignore'): a partial character at the "
+                "end or a sampled byte vanishes silently; errors='replace' shows each as U+FFFD",
+                _decoding_bytes(errors="ignore")),
+        Mistake("latin_1", "the bytes are decoded as Latin-1, one character per byte: UTF-8 writes a Hangul syllable "
+                "as three bytes, .decode('utf-8', errors='replace')", _decoding_bytes(encoding="latin-1")),
+    ),
+    errors=(
+        Raises("{what} raised {error}: ids can end inside a character (a partial decode) or come from a model as any "
+               "bytes; decode with errors='replace', so that each invalid sequence becomes U+FFFD",
+               example=_decoding_bytes(errors="strict"), match="UnicodeDecodeError", when=lambda call: not call.raises),
+        Raises("{what} raised {error}: check every id first, and raise ValueError for one outside 0 .. len(tokens) - 1",
+               example=lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", errors="replace"),
+               match="IndexError"),
+    ),
+    figures=("tokenization-byte_decode-figure",),
+)
+
 SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE,
-         ENCODE_USER_TEXT, TRAIN_BYTE_BPE)
+         ENCODE_USER_TEXT, TRAIN_BYTE_BPE, BYTE_DECODE)

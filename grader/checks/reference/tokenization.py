@@ -281,3 +281,37 @@ def train_byte_bpe(text: str, num_merges: int) -> tuple[list[bytes], list[tuple[
         merges.append(best)
         tokens.append(best[0] + best[1])
     return tokens, merges
+
+
+def byte_encode(text: str, tokens: list, merges: list) -> list[int]:
+    """Text -> byte-level ids: each word of ``pretokenize`` (a special-token string is a word of
+    text here: this vocabulary has no special ids) as its UTF-8 bytes, merged by every merge in
+    the order learned, each token's id its index in ``tokens`` (the first, should two be equal)."""
+    ids_of: dict = {}
+    for i, token in enumerate(tokens):
+        ids_of.setdefault(bytes(token), i)
+    ids = []
+    for word in pretokenize(text):
+        (symbols,) = merge_pairs_in_order({tuple(bytes([b]) for b in word.encode("utf-8")): 1}, merges)
+        ids += [ids_of[symbol] for symbol in symbols]
+    return ids
+
+
+def merge_pairs_in_order(words: dict, merges: list) -> dict:
+    """``words`` with every merge applied, in the order learned."""
+    for pair in merges:
+        words = merge_pair(words, pair)
+    return words
+
+
+def byte_decode(ids: list, tokens: list) -> str:
+    """Byte-level ids -> text: the tokens' bytes joined, then decoded once as UTF-8 with
+    ``errors="replace"`` (each invalid sequence one U+FFFD).
+
+    Raises:
+        ValueError: an id outside 0 .. len(tokens) - 1.
+    """
+    for i in ids:
+        if not 0 <= i < len(tokens):
+            raise ValueError("an id is outside the vocabulary, 0 .. len(tokens) - 1")
+    return b"".join(tokens[i] for i in ids).decode("utf-8", errors="replace")
