@@ -623,6 +623,145 @@ PERPLEXITY = Spec(
 )
 
 
+# ---------------------------------------------------------------- weight decay's parameter groups
+
+def _groups_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg in (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=9, tie_weights=True),
+                dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=3, max_len=7, tie_weights=False)):
+        decay = float(np.round(rng.uniform(0.02, 0.3), 3))   # never AdamW's default 0.01, never 0
+        what = (f"param_groups(GPT(layers={cfg['layers']}, tie_weights={cfg['tie_weights']}), "
+                f"weight_decay={decay})")
+        asked.append(Call((json.dumps(cfg), decay), what=what))
+    return asked
+
+
+def _kind(name: str, tied: bool) -> str:
+    """What a parameter of the notebook's GPT is, by its name: the tied weight, an embedding, a norm's
+    weight or bias, a linear layer's bias or matrix."""
+    if tied and name in ("tok_embed.weight", "lm_head.weight"):
+        return "tied"
+    if name.startswith(("tok_embed.", "pos_embed.")):
+        return "embedding"
+    if name.split(".")[-2].startswith("norm"):
+        return "norm"
+    return "bias" if name.endswith(".bias") else "matrix"
+
+
+_KIND_WRONG = {
+    "embedding": "the position embedding (pos_embed.weight) decays: p.dim() >= 2 picks nn.Embedding's weight too. "
+                 "Decay the weights of nn.Linear layers only; embeddings are looked up, not multiplied "
+                 "(minGPT's configure_optimizers: Linear weights decay, LayerNorm and Embedding weights do not)",
+    "tied": "the tied weight decays: lm_head.weight IS tok_embed.weight, the token embedding, and an embedding "
+            "does not decay (nanoGPT removes lm_head.weight from its decay set for this reason): decide by the "
+            "nn.Embedding that owns it, not by the nn.Linear that shares it",
+    "norm": "the layer norms' weights (or biases) decay: decay pulls a norm's gain towards 0, not towards a "
+            "simpler function; put every parameter of nn.LayerNorm in the group without decay",
+    "bias": "the biases of the linear layers decay: only the matrices (nn.Linear's weight) decay; a bias shifts, "
+            "it does not scale, and stays without decay",
+}
+
+
+def _judge_groups(case: Case) -> None:
+    _explain_raised(case)
+    got, want = (to_array(a, case.what) for a in (case.answer, case.expected))
+    if _equal(got, want, case.spec.rtol, case.spec.atol):
+        return
+    if got.shape != want.shape:
+        case.fail(f"{case.what}: expected one row per parameter name, {want.shape}, got {got.shape}")
+    cfg, decay = json.loads(case.call.args[0]), float(case.call.args[1])
+    tied = bool(cfg["tie_weights"])
+    from coursekit.drivers.gpt import layout
+    names = [n for n, _ in layout(cfg).named_parameters(remove_duplicate=False)]
+    count, given = got[:, 0], got[:, 1]
+    for name, n in zip(names, count):
+        if n == 0:
+            case.fail(f"{name} is in no group, so AdamW would never update it: every parameter goes into "
+                      "exactly one group (walk model.modules(), or check against model.parameters())")
+    for name, n in zip(names, count):
+        if n > 1:
+            if _kind(name, tied) == "tied":
+                case.fail("the tied weight is listed twice (as lm_head.weight and as tok_embed.weight: one "
+                          "nn.Parameter under two names), and AdamW raises 'some parameters appear in more than "
+                          "one parameter group'. Place each tensor once: keep a set of the ids placed")
+            case.fail(f"{name} is listed {int(n)} times: every parameter goes into exactly one group")
+    kinds = [_kind(n, tied) for n in names]
+    matrices = [g for g, k in zip(given, kinds) if k == "matrix"]
+    if all(abs(g) <= case.spec.atol for g in matrices):
+        case.fail("the linear layers' matrices get no weight decay: they are the group with "
+                  "weight_decay=weight_decay; biases, norms and embeddings are the group with 0.0")
+    if any(abs(g - decay) > 1e-9 * max(1.0, decay) for g in matrices):
+        wrong = next(g for g in matrices if abs(g - decay) > 1e-9 * max(1.0, decay))
+        case.fail(f"the matrices' group has weight_decay {wrong:g}, not the weight_decay given: use the argument")
+    others = {float(g) for g, k in zip(given, kinds) if k != "matrix"}
+    if others and all(abs(g - decay) <= 1e-9 * max(1.0, decay) for g in others):
+        case.fail("every parameter decays (AdamW(model.parameters(), weight_decay=...) does that): biases, norms "
+                  "and embeddings go into a second group, with weight_decay 0.0")
+    if len(others) == 1 and abs(others.pop()) > case.spec.atol:
+        case.fail("the group without decay has a weight_decay other than 0.0: biases, norms and embeddings get "
+                  "weight_decay 0.0")
+    for kind in ("embedding", "tied", "norm", "bias"):
+        if any(abs(g) > case.spec.atol for g, k in zip(given, kinds) if k == kind):
+            case.fail(_KIND_WRONG[kind])
+    judge_case(case)
+
+
+def _groups_by(decide, once=True):
+    """A learner's param_groups that walks every module's own parameters and decides with decide(module,
+    name, parameter); once=False places a shared tensor again under its second owner."""
+
+    def param_groups(model, weight_decay):
+        decay, no_decay, seen = [], [], set()
+        for module in model.modules():
+            for name, parameter in module.named_parameters(recurse=False):
+                if once and id(parameter) in seen:
+                    continue
+                seen.add(id(parameter))
+                (decay if decide(module, name, parameter) else no_decay).append(parameter)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    return param_groups
+
+
+PARAM_GROUPS = Spec(
+    id="gpt-param_groups",
+    rules=(
+        Rule("with tied weights the output layer's matrix is the token embedding: no decay, and listed once",
+             lambda call: json.loads(call.args[0])["tie_weights"]),
+        Rule("without tied weights lm_head is a linear layer's matrix of its own, which decays",
+             lambda call: not json.loads(call.args[0])["tie_weights"]),
+        Rule("the weight_decay given, not AdamW's default", lambda call: call.args[1] != 0.01),
+    ),
+    function="param_groups",
+    driver="gpt.groups",
+    inputs=_groups_calls,
+    reference=ref.param_groups,
+    judge=_judge_groups,
+    diagnosed=(
+        Mistake("by_ndim", "the position embedding (pos_embed.weight) decays", lambda model, weight_decay: [
+            {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]),
+        Mistake("tied_twice", "the tied weight is listed twice",
+                _groups_by(lambda m, n, p: isinstance(m, torch.nn.Linear) and n == "weight", once=False)),
+        Mistake("tied_decayed", "the tied weight decays", lambda model, weight_decay: ref.param_groups(
+            model, weight_decay) if model.lm_head.weight is not model.tok_embed.weight else [
+            {"params": [p for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n
+                        and "pos_embed" not in n], "weight_decay": weight_decay},
+            {"params": [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n
+                        or "pos_embed" in n], "weight_decay": 0.0}]),
+        Mistake("norms", "the layer norms' weights (or biases) decay",
+                _groups_by(lambda m, n, p: isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)) and n == "weight")),
+        Mistake("biases", "the biases of the linear layers decay",
+                _groups_by(lambda m, n, p: isinstance(m, torch.nn.Linear))),
+        Mistake("missing", "is in no group", lambda model, weight_decay: ref.param_groups(model.blocks, weight_decay)),
+        Mistake("fixed", "not the weight_decay given", lambda model, weight_decay: ref.param_groups(model, 0.01)),
+        Mistake("swapped", "the linear layers' matrices get no weight decay", lambda model, weight_decay: [
+            {**group, "weight_decay": wd} for group, wd in zip(ref.param_groups(model, weight_decay),
+                                                                (0.0, weight_decay))]),
+    ),
+)
+
+
 # ---------------------------------------------------------------- the sampling distribution
 
 def _cut_far_from(probs: np.ndarray, top_p: float) -> bool:
@@ -1374,4 +1513,4 @@ GENERATE_BATCH = Spec(
     ),
 )
 
-SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)

@@ -143,6 +143,24 @@ def perplexity(model, batches, pad_id):
     return math.exp(total / count)
 
 
+def param_groups(model, weight_decay):
+    """AdamW's two parameter groups: weight decay on the matrices of the linear layers only, none on
+    biases, norms or embeddings; a weight an nn.Linear shares with an nn.Embedding (tied) is the
+    embedding's. Every parameter once (minGPT's configure_optimizers)."""
+    embedded = {id(p) for module in model.modules() if isinstance(module, nn.Embedding) for p in module.parameters()}
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            if id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            if isinstance(module, nn.Linear) and name == "weight" and id(parameter) not in embedded:
+                decay.append(parameter)
+            else:
+                no_decay.append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
     """(batch, V) logits -> (batch, V) probabilities: divide by the temperature, keep the top_k
     largest, softmax, keep the smallest set of most probable tokens whose probabilities reach
