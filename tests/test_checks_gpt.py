@@ -729,6 +729,85 @@ def _batch_learner(padding="left", positions="own", mask=True, every_step=True, 
 
 
 
+# ---------------------------------------------------------------- gpt2_init
+
+def init_sqrt_n(model):
+    """The scale of GPT-2's paper read as 1/sqrt(N), N the number of blocks."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+    for block in model.blocks:
+        for layer in (block.attn.W_o, block.linear2):
+            nn.init.normal_(layer.weight, std=0.02 / math.sqrt(len(model.blocks)))
+    return model
+
+
+def init_attention_scaled(model):
+    """Every layer of the attention scaled, the MLP's second layer forgotten."""
+    n = len(model.blocks)
+    for name, p in model.named_parameters():
+        if name.endswith("bias") and "norm" not in name:
+            nn.init.zeros_(p)
+        elif p.dim() == 2:
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * n) if ".attn." in name else 0.02)
+    return model
+
+
+def init_matrices_only(model):
+    """By dimension: the matrices and embeddings drawn, the biases left as PyTorch made them."""
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * len(model.blocks)) if name.endswith(("W_o.weight", "linear2.weight")) else 0.02
+            nn.init.normal_(p, std=std)
+    return model
+
+
+def init_everything(model):
+    """Every parameter drawn from normal(0, 0.02), the norms' weights and biases too."""
+    for name, p in model.named_parameters():
+        if name.endswith(("W_o.weight", "linear2.weight")):
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * len(model.blocks)))
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+        else:
+            nn.init.normal_(p, std=0.02)
+    return model
+
+
+def init_nanogpt(model):
+    """nanoGPT's way: apply() a per-module init, then the residual projections by name."""
+    def one(module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    model.apply(one)
+    for name, p in model.named_parameters():
+        if name.endswith("attn.W_o.weight") or name.endswith("linear2.weight"):
+            torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * len(model.blocks)))
+    return model
+
+
+@torch.no_grad()
+def init_in_place(model):
+    """Tensor methods under no_grad, in float64 draws copied in."""
+    layers = len(model.blocks)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            continue
+        if name.endswith("bias"):
+            p.zero_()
+            continue
+        std = 0.02 / (2 * layers) ** 0.5 if ".W_o." in name or ".linear2." in name else 0.02
+        p.copy_(torch.randn(p.shape, dtype=torch.float64) * std)
+    return model
+
+
 # ---------------------------------------------------------------- param_groups
 
 def groups_by_ndim(model, weight_decay):
@@ -846,6 +925,13 @@ MISTAKES = {
         (ppl_row_means, "it averages the sentences' mean losses"),
         (ppl_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
+    "gpt-gpt2_init": [
+        (stub, "not answered yet"),
+        (init_sqrt_n, "divided by sqrt(N), not sqrt(2N)"),
+        (init_attention_scaled, "the wrong layers are scaled: blocks.0.attn.W_q.weight"),
+        (init_matrices_only, "the biases are left at PyTorch's initial values"),
+        (init_everything, "the layer norms are touched"),
+    ],
     "gpt-param_groups": [
         (stub, "not answered yet"),
         (groups_by_ndim, "the position embedding (pos_embed.weight) decays"),
@@ -894,6 +980,7 @@ VARIANTS = {
     "gpt-GPT": [make_gpt(), make_gpt(tie="reverse"), make_gpt(sequential=True, block=BlockWithTorchAttention)],
     "gpt-next_token_loss": [loss_gather, loss_nll_float64],
     "gpt-perplexity": [ppl_masks, ppl_bits],
+    "gpt-gpt2_init": [init_nanogpt, init_in_place],
     "gpt-param_groups": [groups_mingpt, groups_by_type],
     "gpt-next_token_probs": [probs_hf_style, probs_loops],
     "gpt-forward_cached": [cached_sdpa, cached_einsum],

@@ -11,6 +11,8 @@ messages reach the learner as the diagnosis, so they name what to create or fix.
   in eval mode; it also reports whether lm_head shares tok_embed's weight.
 - ``gpt.evaluation``: a ``perplexity`` function, handed a bigram stand-in language model
   (``BigramLM``) with dropout, left in training mode, and a list of batches.
+- ``gpt.initialised``: a ``gpt2_init`` function, handed a GPT's layout with PyTorch's initial
+  values; it hands back each parameter's root mean square, mean and standard deviation after it.
 - ``gpt.groups``: a ``param_groups`` function, handed a GPT's layout (``layout``: the notebook's
   names, tied or not) and a weight decay; it hands back each parameter's count and decay.
 - ``gpt.cached``: a ``forward_cached`` function, handed the parts of a GPT (``parts_of``:
@@ -197,6 +199,30 @@ def evaluation(fn: Any) -> Any:
         if isinstance(value, (tuple, list, dict, str)):
             raise TypeError(f"perplexity should return one number (a float), not a {type(value).__name__}")
         return np.asarray(float(value)), np.array([any(lm.modes), len(lm.modes)], dtype=np.int64)
+
+    return run
+
+
+# ---------------------------------------------------------------- GPT-2's initialisation
+
+def initialised(fn: Any) -> Any:
+    """A gpt2_init function -> fn(spec, seed) returning (for each name of a GPT's parameters,
+    ``layout(spec)`` with PyTorch's initial values drawn after torch.manual_seed(seed), a float64
+    row [root mean square, mean, standard deviation] after fn(model): (names, 3); [fn returned
+    the model itself])."""
+    import torch
+
+    def run(spec, seed):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        torch.manual_seed(int(seed))
+        model = layout(json.loads(spec))
+        answer = fn(model)
+        rows = []
+        for _, parameter in model.named_parameters(remove_duplicate=False):
+            x = parameter.detach().double().reshape(-1)
+            rows.append([float(x.square().mean().sqrt()), float(x.mean()), float(x.std(unbiased=False))])
+        return np.array(rows, dtype=np.float64), np.array([answer is model], dtype=np.int64)
 
     return run
 

@@ -623,6 +623,144 @@ PERPLEXITY = Spec(
 )
 
 
+# ---------------------------------------------------------------- GPT-2's initialisation
+
+INIT_STD = 0.02   # GPT-2's (nanoGPT's _init_weights)
+_SIGMAS = 6.0     # bands of 6 standard errors: a right answer falls outside with probability < 1e-8
+
+
+def _init_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg in (dict(vocab_size=40, d_model=32, heads=4, d_ff=48, layers=2, max_len=24, tie_weights=True),
+                dict(vocab_size=30, d_model=24, heads=3, d_ff=40, layers=3, max_len=20, tie_weights=False)):
+        what = f"gpt2_init(GPT(d_model={cfg['d_model']}, layers={cfg['layers']}, tie_weights={cfg['tie_weights']}))"
+        asked.append(Call((json.dumps(cfg), int(rng.integers(2**31))), what=what))
+    return asked
+
+
+def _init_kind(name: str) -> str:
+    """residual (W_o, linear2 weights), matrix (other linear weights), embedding, bias, norm_weight, norm_bias."""
+    parts = name.split(".")
+    if parts[0] in ("tok_embed", "pos_embed"):
+        return "embedding"
+    if len(parts) > 1 and parts[-2].startswith("norm"):
+        return f"norm_{parts[-1]}"
+    if parts[-1] == "bias":
+        return "bias"
+    return "residual" if parts[-2] in ("W_o", "linear2") else "matrix"
+
+
+def _init_judge(case: Case) -> None:
+    _explain_raised(case)
+    if not isinstance(case.answer, tuple) or len(case.answer) != 2:
+        case.fail(f"{case.what}: expected the statistics of the model's parameters")
+    stats, returned = to_array(case.answer[0], case.what), to_array(case.answer[1], case.what)
+    cfg = json.loads(case.call.args[0])
+    from coursekit.drivers.gpt import layout
+    named = list(layout(cfg).named_parameters(remove_duplicate=False))
+    if stats.shape != (len(named), 3):
+        case.fail(f"{case.what}: expected one row per parameter, {(len(named), 3)}, got {stats.shape}")
+    residual = INIT_STD / math.sqrt(2 * cfg["layers"])
+
+    def near(row, std, n):
+        rms, mean = row[0], row[1]
+        return abs(rms - std) <= _SIGMAS * std / math.sqrt(2 * n) and abs(mean) <= _SIGMAS * std / math.sqrt(n)
+
+    groups: dict[str, list] = {}
+    for (name, p), row in zip(named, stats):
+        groups.setdefault(_init_kind(name), []).append((name, row, p.numel()))
+    for kind, exact in (("norm_weight", 1.0), ("norm_bias", 0.0)):
+        for name, row, _ in groups.get(kind, []):
+            if abs(row[1] - exact) > 1e-6 or row[2] > 1e-6:
+                case.fail(f"the layer norms are touched ({name}): they start at weight 1 and bias 0, PyTorch's "
+                          "initial values; initialise the weights of nn.Linear and nn.Embedding only")
+    for name, row, _ in groups.get("bias", []):
+        if row[0] > 1e-7:
+            case.fail(f"the biases are left at PyTorch's initial values ({name} is not 0): nn.init.zeros_ on "
+                      "every nn.Linear's bias")
+    for name, row, n in groups.get("embedding", []):
+        if near(row, residual, n):
+            case.fail(f"{name} has 0.02/sqrt(2N), as a residual projection: only each block's attn.W_o and linear2 "
+                      "are scaled (with tied weights lm_head.weight IS tok_embed.weight: leave lm_head at 0.02)")
+        if not near(row, INIT_STD, n):
+            case.fail(f"the embeddings do not have std 0.02 ({name} has {row[0]:.3g}; nn.Embedding starts at "
+                      "normal(0, 1)): nn.init.normal_(embedding.weight, mean=0.0, std=0.02)")
+    res = groups.get("residual", [])
+    mat = groups.get("matrix", [])
+    res_ok = all(near(r, residual, n) for _, r, n in res)
+    mat_ok = all(near(r, INIT_STD, n) for _, r, n in mat)
+    mat_scaled = any(near(r, residual, n) for _, r, n in mat)
+    res_plain = all(near(r, INIT_STD, n) for _, r, n in res)
+    if res_ok and mat_scaled and all(near(r, residual, n) for nm, r, n in mat if nm.startswith("blocks.")):
+        case.fail("every linear layer is scaled by 1/sqrt(2N): only the residual projections, the layers that "
+                  "write into the residual stream (each block's attn.W_o and linear2), get 0.02/sqrt(2N); the "
+                  "others keep 0.02")
+    if mat_scaled:
+        case.fail("the wrong layers are scaled: " + next(nm for nm, r, n in mat if near(r, residual, n)) +
+                  " has 0.02/sqrt(2N); the residual projections are the layers that write into the residual "
+                  "stream, each block's attn.W_o and linear2 (nanoGPT's c_proj)")
+    if all(near(r, INIT_STD / math.sqrt(cfg["layers"]), n) for _, r, n in res) and not res_ok:
+        case.fail("the residual projections are divided by sqrt(N), not sqrt(2N): each of the N blocks adds two "
+                  "residual layers (attention and MLP), 2N in all")
+    if res_plain and mat_ok:
+        case.fail("the residual projections are not scaled: each block's attn.W_o and linear2 start at "
+                  "0.02/sqrt(2N), N the number of blocks (GPT-2, Sec. 2.3)")
+    for name, row, n in res + mat:
+        std = residual if _init_kind(name) == "residual" else INIT_STD
+        if not near(row, std, n):
+            case.fail(f"{name} has root mean square {row[0]:.3g} and mean {row[1]:.2g}; expected normal(0, "
+                      f"{std:.3g}) ({'0.02/sqrt(2N)' if std == residual else '0.02'})")
+    if int(returned.reshape(-1)[0]) != 1:
+        case.fail("it initialises the model in place but does not return it: end with `return model`, so that "
+                  "gpt2_init(GPT(...)) is the model")
+
+
+def _init_by(residual="2N", scaled=("W_o", "linear2"), biases=True, norms=False, embeddings=True):
+    """A learner's gpt2_init with one choice wrong."""
+
+    def gpt2_init(model):
+        n = len(model.blocks)
+        std_r = {"2N": 0.02 / math.sqrt(2 * n), "N": 0.02 / math.sqrt(n), "none": 0.02}[residual]
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                std = std_r if name.split(".")[-1] in scaled else 0.02
+                torch.nn.init.normal_(module.weight, 0.0, std)
+                if biases and module.bias is not None:
+                    torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, torch.nn.Embedding) and embeddings:
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+            elif isinstance(module, torch.nn.LayerNorm) and norms:
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+        return model
+
+    return gpt2_init
+
+
+GPT2_INIT = Spec(
+    id="gpt-gpt2_init",
+    rules=(
+        Rule("the residual scale depends on the number of blocks: N = 2 and N = 3",
+             lambda call: json.loads(call.args[0])["layers"] in (2, 3)),
+    ),
+    function="gpt2_init",
+    driver="gpt.initialised",
+    inputs=_init_calls,
+    reference=ref.gpt2_init,
+    judge=_init_judge,
+    diagnosed=(
+        Mistake("sqrt_n", "divided by sqrt(N), not sqrt(2N)", _init_by(residual="N")),
+        Mistake("unscaled", "the residual projections are not scaled", _init_by(residual="none")),
+        Mistake("wrong_layers", "the wrong layers are scaled", _init_by(scaled=("W_q", "linear1"))),
+        Mistake("all_layers", "every linear layer is scaled",
+                _init_by(scaled=("W_q", "W_k", "W_v", "W_o", "linear1", "linear2"))),
+        Mistake("biases", "the biases are left at PyTorch's initial values", _init_by(biases=False)),
+        Mistake("norms", "the layer norms are touched", _init_by(norms=True)),
+        Mistake("embeddings", "the embeddings do not have std 0.02", _init_by(embeddings=False)),
+        Mistake("no_return", "does not return it", lambda model: ref.gpt2_init(model) and None),
+    ),
+)
+
+
 # ---------------------------------------------------------------- weight decay's parameter groups
 
 def _groups_calls(rng: np.random.Generator) -> list[Call]:
@@ -1513,4 +1651,4 @@ GENERATE_BATCH = Spec(
     ),
 )
 
-SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, GPT2_INIT, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)
