@@ -747,7 +747,7 @@ GPT2_INIT = Spec(
     inputs=_init_calls,
     reference=ref.gpt2_init,
     judge=_init_judge,
-    diagnosed=(
+    mistakes=(
         Mistake("sqrt_n", "divided by sqrt(N), not sqrt(2N)", _init_by(residual="N")),
         Mistake("unscaled", "the residual projections are not scaled", _init_by(residual="none")),
         Mistake("wrong_layers", "the wrong layers are scaled", _init_by(scaled=("W_q", "linear1"))),
@@ -875,7 +875,7 @@ PARAM_GROUPS = Spec(
     inputs=_groups_calls,
     reference=ref.param_groups,
     judge=_judge_groups,
-    diagnosed=(
+    mistakes=(
         Mistake("by_ndim", "the position embedding (pos_embed.weight) decays", lambda model, weight_decay: [
             {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": weight_decay},
             {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]),
