@@ -728,6 +728,158 @@ def _batch_learner(padding="left", positions="own", mask=True, every_step=True, 
     return generate_batch
 
 
+
+# ---------------------------------------------------------------- gpt2_init
+
+def init_sqrt_n(model):
+    """The scale of GPT-2's paper read as 1/sqrt(N), N the number of blocks."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+    for block in model.blocks:
+        for layer in (block.attn.W_o, block.linear2):
+            nn.init.normal_(layer.weight, std=0.02 / math.sqrt(len(model.blocks)))
+    return model
+
+
+def init_attention_scaled(model):
+    """Every layer of the attention scaled, the MLP's second layer forgotten."""
+    n = len(model.blocks)
+    for name, p in model.named_parameters():
+        if name.endswith("bias") and "norm" not in name:
+            nn.init.zeros_(p)
+        elif p.dim() == 2:
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * n) if ".attn." in name else 0.02)
+    return model
+
+
+def init_matrices_only(model):
+    """By dimension: the matrices and embeddings drawn, the biases left as PyTorch made them."""
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            std = 0.02 / math.sqrt(2 * len(model.blocks)) if name.endswith(("W_o.weight", "linear2.weight")) else 0.02
+            nn.init.normal_(p, std=std)
+    return model
+
+
+def init_everything(model):
+    """Every parameter drawn from normal(0, 0.02), the norms' weights and biases too."""
+    for name, p in model.named_parameters():
+        if name.endswith(("W_o.weight", "linear2.weight")):
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * len(model.blocks)))
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+        else:
+            nn.init.normal_(p, std=0.02)
+    return model
+
+
+def init_nanogpt(model):
+    """nanoGPT's way: apply() a per-module init, then the residual projections by name."""
+    def one(module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    model.apply(one)
+    for name, p in model.named_parameters():
+        if name.endswith("attn.W_o.weight") or name.endswith("linear2.weight"):
+            torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * len(model.blocks)))
+    return model
+
+
+@torch.no_grad()
+def init_in_place(model):
+    """Tensor methods under no_grad, in float64 draws copied in."""
+    layers = len(model.blocks)
+    for name, p in model.named_parameters():
+        if "norm" in name:
+            continue
+        if name.endswith("bias"):
+            p.zero_()
+            continue
+        std = 0.02 / (2 * layers) ** 0.5 if ".W_o." in name or ".linear2." in name else 0.02
+        p.copy_(torch.randn(p.shape, dtype=torch.float64) * std)
+    return model
+
+
+# ---------------------------------------------------------------- param_groups
+
+def groups_by_ndim(model, weight_decay):
+    """nanoGPT's rule (2023): every parameter of 2 or more dimensions decays, embeddings too."""
+    params = list(model.parameters())
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+def groups_by_names(model, weight_decay):
+    """By names, with norms and biases left out but the embeddings forgotten."""
+    named = list(model.named_parameters())
+    quiet = [p for n, p in named if n.endswith("bias") or "norm" in n]
+    return [{"params": [p for n, p in named if not (n.endswith("bias") or "norm" in n)], "weight_decay": weight_decay},
+            {"params": quiet, "weight_decay": 0.0}]
+
+
+def groups_every_module(model, weight_decay):
+    """Walks every module's own parameters without remembering which it placed: the tied matrix twice."""
+    decay, no_decay = [], []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            (decay if isinstance(module, nn.Linear) and name == "weight" else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def groups_blocks_only(model, weight_decay):
+    """The blocks and the embeddings, the final norm forgotten."""
+    decay = [m.weight for block in model.blocks for m in block.modules() if isinstance(m, nn.Linear)]
+    if model.lm_head.weight is not model.tok_embed.weight:
+        decay.append(model.lm_head.weight)
+    chosen = {id(p) for p in decay}
+    rest = [p for p in model.blocks.parameters() if id(p) not in chosen]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": rest + [model.tok_embed.weight, model.pos_embed.weight], "weight_decay": 0.0}]
+
+
+def groups_one(model, weight_decay):
+    return [{"params": model.parameters(), "weight_decay": weight_decay}]
+
+
+def groups_no_key(model, weight_decay):
+    groups = ref.param_groups(model, weight_decay)
+    return [{"params": groups[0]["params"]}, groups[1]]
+
+
+def groups_mingpt(model, weight_decay):
+    """minGPT's configure_optimizers, with nanoGPT's removal of the tied lm_head.weight."""
+    decay, no_decay = set(), set()
+    for mn, m in model.named_modules():
+        for pn, p in m.named_parameters():
+            fpn = f"{mn}.{pn}" if mn else pn
+            if pn.endswith("bias"):
+                no_decay.add(fpn)
+            elif pn.endswith("weight") and isinstance(m, nn.Linear):
+                decay.add(fpn)
+            elif pn.endswith("weight") and isinstance(m, (nn.LayerNorm, nn.Embedding)):
+                no_decay.add(fpn)
+    param_dict = dict(model.named_parameters())
+    decay -= no_decay                                  # the tied weight: tok_embed's, not decayed
+    decay &= param_dict.keys()
+    return [{"params": [param_dict[n] for n in sorted(decay)], "weight_decay": weight_decay},
+            {"params": [param_dict[n] for n in sorted(no_decay & param_dict.keys())], "weight_decay": 0.0}]
+
+
+def groups_by_type(model, weight_decay):
+    """Matrices by dimension, with the embeddings' tensors set aside by identity; a tuple of groups."""
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    params = list(model.parameters())
+    return ({"params": [p for p in params if p.dim() == 2 and id(p) not in embedded], "weight_decay": weight_decay},
+            {"params": (p for p in params if p.dim() != 2 or id(p) in embedded), "weight_decay": 0})
+
 scaled_dot_product_attention = NS["scaled_dot_product_attention"]
 
 
@@ -773,6 +925,22 @@ MISTAKES = {
         (ppl_row_means, "it averages the sentences' mean losses"),
         (ppl_implicit_dim, "F.log_softmax(z) or F.softmax(z) without dim picks dim 0"),
     ],
+    "gpt-gpt2_init": [
+        (stub, "not answered yet"),
+        (init_sqrt_n, "divided by sqrt(N), not sqrt(2N)"),
+        (init_attention_scaled, "the wrong layers are scaled: blocks.0.attn.W_q.weight"),
+        (init_matrices_only, "the biases are left at PyTorch's initial values"),
+        (init_everything, "the layer norms are touched"),
+    ],
+    "gpt-param_groups": [
+        (stub, "not answered yet"),
+        (groups_by_ndim, "the position embedding (pos_embed.weight) decays"),
+        (groups_by_names, "the position embedding (pos_embed.weight) decays"),
+        (groups_every_module, "the tied weight is listed twice"),
+        (groups_blocks_only, "norm.weight is in no group"),
+        (groups_one, "every parameter decays"),
+        (groups_no_key, "a group without 'weight_decay' gets AdamW's default"),
+    ],
     "gpt-next_token_probs": [
         (stub, "not answered yet"),
         (probs_cut_after_crossing, "top-p drops the token whose cumulative probability crosses top_p"),
@@ -812,6 +980,8 @@ VARIANTS = {
     "gpt-GPT": [make_gpt(), make_gpt(tie="reverse"), make_gpt(sequential=True, block=BlockWithTorchAttention)],
     "gpt-next_token_loss": [loss_gather, loss_nll_float64],
     "gpt-perplexity": [ppl_masks, ppl_bits],
+    "gpt-gpt2_init": [init_nanogpt, init_in_place],
+    "gpt-param_groups": [groups_mingpt, groups_by_type],
     "gpt-next_token_probs": [probs_hf_style, probs_loops],
     "gpt-forward_cached": [cached_sdpa, cached_einsum],
     "gpt-beam_search": [beam_heap, beam_tensors],

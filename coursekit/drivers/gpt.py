@@ -11,6 +11,10 @@ messages reach the learner as the diagnosis, so they name what to create or fix.
   in eval mode; it also reports whether lm_head shares tok_embed's weight.
 - ``gpt.evaluation``: a ``perplexity`` function, handed a bigram stand-in language model
   (``BigramLM``) with dropout, left in training mode, and a list of batches.
+- ``gpt.initialised``: a ``gpt2_init`` function, handed a GPT's layout with PyTorch's initial
+  values; it hands back each parameter's root mean square, mean and standard deviation after it.
+- ``gpt.groups``: a ``param_groups`` function, handed a GPT's layout (``layout``: the notebook's
+  names, tied or not) and a weight decay; it hands back each parameter's count and decay.
 - ``gpt.cached``: a ``forward_cached`` function, handed the parts of a GPT (``parts_of``:
   modules without a forward of their own) and fed a prompt, then one token at a time.
 - ``gpt.beam``: a ``beam_search`` function, handed a bigram stand-in language model.
@@ -199,6 +203,72 @@ def evaluation(fn: Any) -> Any:
     return run
 
 
+# ---------------------------------------------------------------- GPT-2's initialisation
+
+def initialised(fn: Any) -> Any:
+    """A gpt2_init function -> fn(spec, seed) returning (for each name of a GPT's parameters,
+    ``layout(spec)`` with PyTorch's initial values drawn after torch.manual_seed(seed), a float64
+    row [root mean square, mean, standard deviation] after fn(model): (names, 3); [fn returned
+    the model itself])."""
+    import torch
+
+    def run(spec, seed):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        torch.manual_seed(int(seed))
+        model = layout(json.loads(spec))
+        answer = fn(model)
+        rows = []
+        for _, parameter in model.named_parameters(remove_duplicate=False):
+            x = parameter.detach().double().reshape(-1)
+            rows.append([float(x.square().mean().sqrt()), float(x.mean()), float(x.std(unbiased=False))])
+        return np.array(rows, dtype=np.float64), np.array([answer is model], dtype=np.int64)
+
+    return run
+
+
+# ---------------------------------------------------------------- weight decay's parameter groups
+
+def groups(fn: Any) -> Any:
+    """A param_groups function -> fn(spec, weight_decay) returning, for each name of a GPT's
+    parameters (``layout(spec)``, named_parameters(remove_duplicate=False): a tied weight has two
+    names), a float64 row [in how many of the returned groups' params the tensor is, the
+    weight_decay of the first group holding it (NaN if none)]: (names, 2)."""
+    import torch
+
+    def run(spec, weight_decay):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        model = layout(json.loads(spec))
+        answer = fn(model, float(weight_decay))
+        if answer is None:
+            raise TypeError("param_groups returns nothing (None): is a `return` missing? It returns a list of "
+                            "two dicts {'params': [...], 'weight_decay': ...}")
+        if isinstance(answer, dict) or not isinstance(answer, (list, tuple)):
+            raise TypeError(f"param_groups should return a list of dicts (AdamW's parameter groups), not a "
+                            f"{type(answer).__name__}")
+        held: list[tuple[list, float]] = []
+        for group in answer:
+            if not isinstance(group, dict) or "params" not in group:
+                raise TypeError("each parameter group is a dict {'params': [tensors], 'weight_decay': float}")
+            if "weight_decay" not in group:
+                raise ValueError("a group without 'weight_decay' gets AdamW's default (0.01): give each group "
+                                 "its own, weight_decay or 0.0")
+            params = group["params"]
+            params = [params] if isinstance(params, torch.Tensor) else list(params)
+            if any(not isinstance(p, torch.Tensor) for p in params):
+                raise TypeError("'params' holds the parameters themselves (nn.Parameter tensors), not their names")
+            held.append((params, float(group["weight_decay"])))
+        rows = []
+        for _, parameter in model.named_parameters(remove_duplicate=False):
+            counts = [sum(p is parameter for p in params) for params, _ in held]
+            decay = next((d for (_, d), n in zip(held, counts) if n), -1.0)
+            rows.append([sum(counts), decay])
+        return np.array(rows, dtype=np.float64)
+
+    return run
+
+
 # ---------------------------------------------------------------- the KV cache
 
 def _parts(torch: Any):
@@ -217,6 +287,15 @@ def parts_of(config: dict, arrays: dict):
     tok_embed, pos_embed, blocks[i] (attn with W_q, W_k, W_v, W_o and the ints d_model,
     heads, d_k; norm1, norm2, linear1, linear2), norm, lm_head tied to tok_embed. Calling the
     model or a block raises TypeError: only the parts compute."""
+    gpt = layout(config)
+    load_by_name(gpt, arrays, "the model")
+    return gpt.eval()
+
+
+def layout(config: dict):
+    """A GPT's parts as plain modules with the notebook's names, in the notebook's order (tok_embed,
+    pos_embed, blocks, norm, lm_head), not loaded: PyTorch's initial values. lm_head is tied to
+    tok_embed unless ``config["tie_weights"]`` is false."""
     import torch
     from torch import nn
 
@@ -237,9 +316,9 @@ def parts_of(config: dict, arrays: dict):
         gpt.blocks.append(layer)
     gpt.norm = nn.LayerNorm(d)
     gpt.lm_head = nn.Linear(d, int(config["vocab_size"]), bias=False)
-    gpt.lm_head.weight = gpt.tok_embed.weight
-    load_by_name(gpt, arrays, "the model")
-    return gpt.eval()
+    if config.get("tie_weights", True):
+        gpt.lm_head.weight = gpt.tok_embed.weight
+    return gpt
 
 
 def _cache_shapes(cache: Any) -> np.ndarray:

@@ -623,6 +623,283 @@ PERPLEXITY = Spec(
 )
 
 
+# ---------------------------------------------------------------- GPT-2's initialisation
+
+INIT_STD = 0.02   # GPT-2's (nanoGPT's _init_weights)
+_SIGMAS = 6.0     # bands of 6 standard errors: a right answer falls outside with probability < 1e-8
+
+
+def _init_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg in (dict(vocab_size=40, d_model=32, heads=4, d_ff=48, layers=2, max_len=24, tie_weights=True),
+                dict(vocab_size=30, d_model=24, heads=3, d_ff=40, layers=3, max_len=20, tie_weights=False)):
+        what = f"gpt2_init(GPT(d_model={cfg['d_model']}, layers={cfg['layers']}, tie_weights={cfg['tie_weights']}))"
+        asked.append(Call((json.dumps(cfg), int(rng.integers(2**31))), what=what))
+    return asked
+
+
+def _init_kind(name: str) -> str:
+    """residual (W_o, linear2 weights), matrix (other linear weights), embedding, bias, norm_weight, norm_bias."""
+    parts = name.split(".")
+    if parts[0] in ("tok_embed", "pos_embed"):
+        return "embedding"
+    if len(parts) > 1 and parts[-2].startswith("norm"):
+        return f"norm_{parts[-1]}"
+    if parts[-1] == "bias":
+        return "bias"
+    return "residual" if parts[-2] in ("W_o", "linear2") else "matrix"
+
+
+def _init_judge(case: Case) -> None:
+    _explain_raised(case)
+    if not isinstance(case.answer, tuple) or len(case.answer) != 2:
+        case.fail(f"{case.what}: expected the statistics of the model's parameters")
+    stats, returned = to_array(case.answer[0], case.what), to_array(case.answer[1], case.what)
+    cfg = json.loads(case.call.args[0])
+    from coursekit.drivers.gpt import layout
+    named = list(layout(cfg).named_parameters(remove_duplicate=False))
+    if stats.shape != (len(named), 3):
+        case.fail(f"{case.what}: expected one row per parameter, {(len(named), 3)}, got {stats.shape}")
+    residual = INIT_STD / math.sqrt(2 * cfg["layers"])
+
+    def near(row, std, n):
+        rms, mean = row[0], row[1]
+        return abs(rms - std) <= _SIGMAS * std / math.sqrt(2 * n) and abs(mean) <= _SIGMAS * std / math.sqrt(n)
+
+    groups: dict[str, list] = {}
+    for (name, p), row in zip(named, stats):
+        groups.setdefault(_init_kind(name), []).append((name, row, p.numel()))
+    for kind, exact in (("norm_weight", 1.0), ("norm_bias", 0.0)):
+        for name, row, _ in groups.get(kind, []):
+            if abs(row[1] - exact) > 1e-6 or row[2] > 1e-6:
+                case.fail(f"the layer norms are touched ({name}): they start at weight 1 and bias 0, PyTorch's "
+                          "initial values; initialise the weights of nn.Linear and nn.Embedding only")
+    for name, row, _ in groups.get("bias", []):
+        if row[0] > 1e-7:
+            case.fail(f"the biases are left at PyTorch's initial values ({name} is not 0): nn.init.zeros_ on "
+                      "every nn.Linear's bias")
+    for name, row, n in groups.get("embedding", []):
+        if near(row, residual, n):
+            case.fail(f"{name} has 0.02/sqrt(2N), as a residual projection: only each block's attn.W_o and linear2 "
+                      "are scaled (with tied weights lm_head.weight IS tok_embed.weight: leave lm_head at 0.02)")
+        if not near(row, INIT_STD, n):
+            case.fail(f"the embeddings do not have std 0.02 ({name} has {row[0]:.3g}; nn.Embedding starts at "
+                      "normal(0, 1)): nn.init.normal_(embedding.weight, mean=0.0, std=0.02)")
+    res = groups.get("residual", [])
+    mat = groups.get("matrix", [])
+    res_ok = all(near(r, residual, n) for _, r, n in res)
+    mat_ok = all(near(r, INIT_STD, n) for _, r, n in mat)
+    mat_scaled = any(near(r, residual, n) for _, r, n in mat)
+    res_plain = all(near(r, INIT_STD, n) for _, r, n in res)
+    if res_ok and mat_scaled and all(near(r, residual, n) for nm, r, n in mat if nm.startswith("blocks.")):
+        case.fail("every linear layer is scaled by 1/sqrt(2N): only the residual projections, the layers that "
+                  "write into the residual stream (each block's attn.W_o and linear2), get 0.02/sqrt(2N); the "
+                  "others keep 0.02")
+    if mat_scaled:
+        case.fail("the wrong layers are scaled: " + next(nm for nm, r, n in mat if near(r, residual, n)) +
+                  " has 0.02/sqrt(2N); the residual projections are the layers that write into the residual "
+                  "stream, each block's attn.W_o and linear2 (nanoGPT's c_proj)")
+    if all(near(r, INIT_STD / math.sqrt(cfg["layers"]), n) for _, r, n in res) and not res_ok:
+        case.fail("the residual projections are divided by sqrt(N), not sqrt(2N): each of the N blocks adds two "
+                  "residual layers (attention and MLP), 2N in all")
+    if res_plain and mat_ok:
+        case.fail("the residual projections are not scaled: each block's attn.W_o and linear2 start at "
+                  "0.02/sqrt(2N), N the number of blocks (GPT-2, Sec. 2.3)")
+    for name, row, n in res + mat:
+        std = residual if _init_kind(name) == "residual" else INIT_STD
+        if not near(row, std, n):
+            case.fail(f"{name} has root mean square {row[0]:.3g} and mean {row[1]:.2g}; expected normal(0, "
+                      f"{std:.3g}) ({'0.02/sqrt(2N)' if std == residual else '0.02'})")
+    if int(returned.reshape(-1)[0]) != 1:
+        case.fail("it initialises the model in place but does not return it: end with `return model`, so that "
+                  "gpt2_init(GPT(...)) is the model")
+
+
+def _init_by(residual="2N", scaled=("W_o", "linear2"), biases=True, norms=False, embeddings=True):
+    """A learner's gpt2_init with one choice wrong."""
+
+    def gpt2_init(model):
+        n = len(model.blocks)
+        std_r = {"2N": 0.02 / math.sqrt(2 * n), "N": 0.02 / math.sqrt(n), "none": 0.02}[residual]
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                std = std_r if name.split(".")[-1] in scaled else 0.02
+                torch.nn.init.normal_(module.weight, 0.0, std)
+                if biases and module.bias is not None:
+                    torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, torch.nn.Embedding) and embeddings:
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+            elif isinstance(module, torch.nn.LayerNorm) and norms:
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+        return model
+
+    return gpt2_init
+
+
+GPT2_INIT = Spec(
+    id="gpt-gpt2_init",
+    rules=(
+        Rule("the residual scale depends on the number of blocks: N = 2 and N = 3",
+             lambda call: json.loads(call.args[0])["layers"] in (2, 3)),
+    ),
+    function="gpt2_init",
+    driver="gpt.initialised",
+    inputs=_init_calls,
+    reference=ref.gpt2_init,
+    judge=_init_judge,
+    mistakes=(
+        Mistake("sqrt_n", "divided by sqrt(N), not sqrt(2N)", _init_by(residual="N")),
+        Mistake("unscaled", "the residual projections are not scaled", _init_by(residual="none")),
+        Mistake("wrong_layers", "the wrong layers are scaled", _init_by(scaled=("W_q", "linear1"))),
+        Mistake("all_layers", "every linear layer is scaled",
+                _init_by(scaled=("W_q", "W_k", "W_v", "W_o", "linear1", "linear2"))),
+        Mistake("biases", "the biases are left at PyTorch's initial values", _init_by(biases=False)),
+        Mistake("norms", "the layer norms are touched", _init_by(norms=True)),
+        Mistake("embeddings", "the embeddings do not have std 0.02", _init_by(embeddings=False)),
+        Mistake("no_return", "does not return it", lambda model: ref.gpt2_init(model) and None),
+    ),
+)
+
+
+# ---------------------------------------------------------------- weight decay's parameter groups
+
+def _groups_calls(rng: np.random.Generator) -> list[Call]:
+    asked = []
+    for cfg in (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=9, tie_weights=True),
+                dict(vocab_size=13, d_model=10, heads=2, d_ff=6, layers=3, max_len=7, tie_weights=False)):
+        decay = float(np.round(rng.uniform(0.02, 0.3), 3))   # never AdamW's default 0.01, never 0
+        what = (f"param_groups(GPT(layers={cfg['layers']}, tie_weights={cfg['tie_weights']}), "
+                f"weight_decay={decay})")
+        asked.append(Call((json.dumps(cfg), decay), what=what))
+    return asked
+
+
+def _kind(name: str, tied: bool) -> str:
+    """What a parameter of the notebook's GPT is, by its name: the tied weight, an embedding, a norm's
+    weight or bias, a linear layer's bias or matrix."""
+    if tied and name in ("tok_embed.weight", "lm_head.weight"):
+        return "tied"
+    if name.startswith(("tok_embed.", "pos_embed.")):
+        return "embedding"
+    if name.split(".")[-2].startswith("norm"):
+        return "norm"
+    return "bias" if name.endswith(".bias") else "matrix"
+
+
+_KIND_WRONG = {
+    "embedding": "the position embedding (pos_embed.weight) decays: p.dim() >= 2 picks nn.Embedding's weight too. "
+                 "Decay the weights of nn.Linear layers only; embeddings are looked up, not multiplied "
+                 "(minGPT's configure_optimizers: Linear weights decay, LayerNorm and Embedding weights do not)",
+    "tied": "the tied weight decays: lm_head.weight IS tok_embed.weight, the token embedding, and an embedding "
+            "does not decay (nanoGPT removes lm_head.weight from its decay set for this reason): decide by the "
+            "nn.Embedding that owns it, not by the nn.Linear that shares it",
+    "norm": "the layer norms' weights (or biases) decay: decay pulls a norm's gain towards 0, not towards a "
+            "simpler function; put every parameter of nn.LayerNorm in the group without decay",
+    "bias": "the biases of the linear layers decay: only the matrices (nn.Linear's weight) decay; a bias shifts, "
+            "it does not scale, and stays without decay",
+}
+
+
+def _judge_groups(case: Case) -> None:
+    _explain_raised(case)
+    got, want = (to_array(a, case.what) for a in (case.answer, case.expected))
+    if _equal(got, want, case.spec.rtol, case.spec.atol):
+        return
+    if got.shape != want.shape:
+        case.fail(f"{case.what}: expected one row per parameter name, {want.shape}, got {got.shape}")
+    cfg, decay = json.loads(case.call.args[0]), float(case.call.args[1])
+    tied = bool(cfg["tie_weights"])
+    from coursekit.drivers.gpt import layout
+    names = [n for n, _ in layout(cfg).named_parameters(remove_duplicate=False)]
+    count, given = got[:, 0], got[:, 1]
+    for name, n in zip(names, count):
+        if n == 0:
+            case.fail(f"{name} is in no group, so AdamW would never update it: every parameter goes into "
+                      "exactly one group (walk model.modules(), or check against model.parameters())")
+    for name, n in zip(names, count):
+        if n > 1:
+            if _kind(name, tied) == "tied":
+                case.fail("the tied weight is listed twice (as lm_head.weight and as tok_embed.weight: one "
+                          "nn.Parameter under two names), and AdamW raises 'some parameters appear in more than "
+                          "one parameter group'. Place each tensor once: keep a set of the ids placed")
+            case.fail(f"{name} is listed {int(n)} times: every parameter goes into exactly one group")
+    kinds = [_kind(n, tied) for n in names]
+    matrices = [g for g, k in zip(given, kinds) if k == "matrix"]
+    if all(abs(g) <= case.spec.atol for g in matrices):
+        case.fail("the linear layers' matrices get no weight decay: they are the group with "
+                  "weight_decay=weight_decay; biases, norms and embeddings are the group with 0.0")
+    if any(abs(g - decay) > 1e-9 * max(1.0, decay) for g in matrices):
+        wrong = next(g for g in matrices if abs(g - decay) > 1e-9 * max(1.0, decay))
+        case.fail(f"the matrices' group has weight_decay {wrong:g}, not the weight_decay given: use the argument")
+    others = {float(g) for g, k in zip(given, kinds) if k != "matrix"}
+    if others and all(abs(g - decay) <= 1e-9 * max(1.0, decay) for g in others):
+        case.fail("every parameter decays (AdamW(model.parameters(), weight_decay=...) does that): biases, norms "
+                  "and embeddings go into a second group, with weight_decay 0.0")
+    if len(others) == 1 and abs(others.pop()) > case.spec.atol:
+        case.fail("the group without decay has a weight_decay other than 0.0: biases, norms and embeddings get "
+                  "weight_decay 0.0")
+    for kind in ("embedding", "tied", "norm", "bias"):
+        if any(abs(g) > case.spec.atol for g, k in zip(given, kinds) if k == kind):
+            case.fail(_KIND_WRONG[kind])
+    judge_case(case)
+
+
+def _groups_by(decide, once=True):
+    """A learner's param_groups that walks every module's own parameters and decides with decide(module,
+    name, parameter); once=False places a shared tensor again under its second owner."""
+
+    def param_groups(model, weight_decay):
+        decay, no_decay, seen = [], [], set()
+        for module in model.modules():
+            for name, parameter in module.named_parameters(recurse=False):
+                if once and id(parameter) in seen:
+                    continue
+                seen.add(id(parameter))
+                (decay if decide(module, name, parameter) else no_decay).append(parameter)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+    return param_groups
+
+
+PARAM_GROUPS = Spec(
+    id="gpt-param_groups",
+    rules=(
+        Rule("with tied weights the output layer's matrix is the token embedding: no decay, and listed once",
+             lambda call: json.loads(call.args[0])["tie_weights"]),
+        Rule("without tied weights lm_head is a linear layer's matrix of its own, which decays",
+             lambda call: not json.loads(call.args[0])["tie_weights"]),
+        Rule("the weight_decay given, not AdamW's default", lambda call: call.args[1] != 0.01),
+    ),
+    function="param_groups",
+    driver="gpt.groups",
+    inputs=_groups_calls,
+    reference=ref.param_groups,
+    judge=_judge_groups,
+    mistakes=(
+        Mistake("by_ndim", "the position embedding (pos_embed.weight) decays", lambda model, weight_decay: [
+            {"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]),
+        Mistake("tied_twice", "the tied weight is listed twice",
+                _groups_by(lambda m, n, p: isinstance(m, torch.nn.Linear) and n == "weight", once=False)),
+        Mistake("tied_decayed", "the tied weight decays", lambda model, weight_decay: ref.param_groups(
+            model, weight_decay) if model.lm_head.weight is not model.tok_embed.weight else [
+            {"params": [p for n, p in model.named_parameters() if n.endswith("weight") and "norm" not in n
+                        and "pos_embed" not in n], "weight_decay": weight_decay},
+            {"params": [p for n, p in model.named_parameters() if n.endswith("bias") or "norm" in n
+                        or "pos_embed" in n], "weight_decay": 0.0}]),
+        Mistake("norms", "the layer norms' weights (or biases) decay",
+                _groups_by(lambda m, n, p: isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)) and n == "weight")),
+        Mistake("biases", "the biases of the linear layers decay",
+                _groups_by(lambda m, n, p: isinstance(m, torch.nn.Linear))),
+        Mistake("missing", "is in no group", lambda model, weight_decay: ref.param_groups(model.blocks, weight_decay)),
+        Mistake("fixed", "not the weight_decay given", lambda model, weight_decay: ref.param_groups(model, 0.01)),
+        Mistake("swapped", "the linear layers' matrices get no weight decay", lambda model, weight_decay: [
+            {**group, "weight_decay": wd} for group, wd in zip(ref.param_groups(model, weight_decay),
+                                                                (0.0, weight_decay))]),
+    ),
+)
+
+
 # ---------------------------------------------------------------- the sampling distribution
 
 def _cut_far_from(probs: np.ndarray, top_p: float) -> bool:
@@ -1374,4 +1651,4 @@ GENERATE_BATCH = Spec(
     ),
 )
 
-SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, GPT2_INIT, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)

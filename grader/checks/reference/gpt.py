@@ -143,6 +143,40 @@ def perplexity(model, batches, pad_id):
     return math.exp(total / count)
 
 
+def gpt2_init(model):
+    """GPT-2's initialisation, in place: normal(0, 0.02) for the weights of every nn.Linear and
+    nn.Embedding, zero biases, layer norms left at 1 and 0, and the residual projections (each block's
+    attn.W_o and linear2) at 0.02 / sqrt(2 N), N blocks. Returns the model."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    residual_std = 0.02 / math.sqrt(2 * len(model.blocks))
+    for block in model.blocks:
+        nn.init.normal_(block.attn.W_o.weight, std=residual_std)
+        nn.init.normal_(block.linear2.weight, std=residual_std)
+    return model
+
+
+def param_groups(model, weight_decay):
+    """AdamW's two parameter groups: weight decay on the matrices of the linear layers only, none on
+    biases, norms or embeddings; a weight an nn.Linear shares with an nn.Embedding (tied) is the
+    embedding's. Every parameter once (minGPT's configure_optimizers)."""
+    embedded = {id(p) for module in model.modules() if isinstance(module, nn.Embedding) for p in module.parameters()}
+    decay, no_decay, seen = [], [], set()
+    for module in model.modules():
+        for name, parameter in module.named_parameters(recurse=False):
+            if id(parameter) in seen:
+                continue
+            seen.add(id(parameter))
+            if isinstance(module, nn.Linear) and name == "weight" and id(parameter) not in embedded:
+                decay.append(parameter)
+            else:
+                no_decay.append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
 def next_token_probs(logits, temperature=1.0, top_k=None, top_p=None):
     """(batch, V) logits -> (batch, V) probabilities: divide by the temperature, keep the top_k
     largest, softmax, keep the smallest set of most probable tokens whose probabilities reach
