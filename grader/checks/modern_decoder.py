@@ -1,0 +1,319 @@
+"""Hidden checks of notebook 15, modern_decoder: the parts of the decoder of Llama and Qwen.
+
+Everything in notebook 15 is PyTorch. ``RMSNorm`` and ``SwiGLU`` are modules: the drivers of
+``coursekit/drivers/modern_decoder.py`` build the learner's class, load the weights drawn here by
+name (``weight``; ``W_gate``, ``W_up``, ``W_down``) and call it on float32 inputs. The references
+are ``reference/modern_decoder.py``, the computations of transformers' ``LlamaRMSNorm`` and
+``LlamaMLP``; the notebook matches the learner's modules to those weight for weight.
+
+Sizes are pairwise distinct (batch 2, seq_len 3 or 5, d_model 5, 6, 7; d_ff 9, 10, 11), every
+weight has entries of both signs and none near 1 (so that a missing weight, or Gemma's
+``1 + weight``, shows), every row of x has a mean far from 0 (so that LayerNorm's centring
+shows), and one row of every RMSNorm input has a root mean square near sqrt(eps) (so that eps
+inside or outside the root, or another eps, shows).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ._core import Call, Knob, Mistake, Probe, Raises, Rule, Spec
+from .reference import modern_decoder as ref
+
+
+_OUTPUT = "the output of {}"  # a module's answer is its output; an error is raised by the call
+
+
+# ---------------------------------------------------------------- RMSNorm
+
+def _rms_rows(rng, shape, tiny):
+    """Rows (tokens) with means far from 0 and different scales; row 0 scaled to an RMS of ``tiny``."""
+    offsets = rng.uniform(1.0, 3.0, size=shape[:-1] + (1,)) * rng.choice([-1, 1], size=shape[:-1] + (1,))
+    x = offsets + rng.uniform(0.5, 2.0, size=shape[:-1] + (1,)) * rng.normal(size=shape)
+    rows = x.reshape(-1, shape[-1])
+    rows[0] *= tiny / np.sqrt(np.mean(rows[0] ** 2))
+    return x
+
+
+def _weight(rng, d):
+    """Entries of both signs, none near 1 (a missing weight, or 1 + weight, shows)."""
+    return rng.uniform(0.3, 0.7, size=d) * rng.choice([-1, 1], size=d) + rng.choice([0.0, 1.8], size=d)
+
+
+def _rms_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # 1. (batch 2, seq_len 3, d_model 5), the default eps (1e-6): one token of RMS 1e-3, where eps matters.
+    # 2. (4, 6), eps=0.1; 3. (2, 5, 7), eps=1e-3: eps used, inside the root.
+    for shape, eps in [((2, 3, 5), None), ((4, 6), 0.1), ((2, 5, 7), 1e-3)]:
+        x = _rms_rows(rng, shape, tiny=np.sqrt(1e-6 if eps is None else eps))
+        d = shape[-1]
+        what = f"RMSNorm({d}{'' if eps is None else f', eps={eps}'}) on x of shape {shape}"
+        calls.append(Call((d, eps, _weight(rng, d), x), what=what))
+    return calls
+
+
+def _rms_variant(centre=False, eps_at="inside", scale="weight", root="sqrt", reduce="mean", dim="last"):
+    """RMSNorm with some choices changed: ``centre`` subtracts the mean (LayerNorm's), ``eps_at``
+    where eps goes ("inside" the root, "outside" it, "none", "ignored": 1e-6 whatever is given,
+    "layer_norm_default": a default of 1e-5), ``scale`` what multiplies ("weight", "none",
+    "one_plus": Gemma's 1 + weight, "divided": x / weight), ``root`` ("sqrt" or "none"), ``reduce`` ("mean" of the squares
+    or their "sum"), ``dim`` the axis ("last", "first": dim 0, "one": dim 1, "minus_two": dim -2,
+    "all")."""
+    default = 1e-5 if eps_at == "layer_norm_default" else 1e-6
+
+    class RMSNorm(ref.RMSNorm):
+        def __init__(self, d_model, eps=default):
+            super().__init__(d_model, eps)
+
+        def forward(self, x):
+            used = 1e-6 if eps_at == "ignored" else self.eps
+            axes = {"last": (-1,), "first": (0,), "one": (1,), "minus_two": (-2,), "all": tuple(range(x.dim()))}[dim]
+            h = x - x.mean(dim=axes, keepdim=True) if centre else x
+            square = h.pow(2).mean(dim=axes, keepdim=True) if reduce == "mean" else h.pow(2).sum(dim=axes,
+                                                                                                   keepdim=True)
+            rooted = torch.sqrt if root == "sqrt" else (lambda v: v)
+            if eps_at == "outside":
+                normed = h / (rooted(square) + used)
+            elif eps_at == "none":
+                normed = h / rooted(square)
+            else:
+                normed = h / rooted(square + used)
+            return {"weight": normed * self.weight, "none": normed, "one_plus": normed * (1 + self.weight),
+                    "divided": normed / self.weight}[scale]
+    return RMSNorm
+
+
+def _rms(x: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.mean(np.asarray(x, dtype=np.float64) ** 2, axis=-1))
+
+
+def _eps_of(call: Call) -> float:
+    return 1e-6 if call.args[1] is None else call.args[1]
+
+
+class _Forward(ref.RMSNorm):
+    """An RMSNorm whose forward is ``fn(x, weight, eps)`` (the examples of the error rules)."""
+
+    fn = None
+
+    def forward(self, x):
+        return type(self).fn(x, self.weight, self.eps)
+
+
+def _rms_forward(fn):
+    return type("RMSNorm", (_Forward,), {"fn": staticmethod(fn)})
+
+
+RMS_NORM = Spec(
+    id="modern_decoder-RMSNorm",
+    function="RMSNorm",
+    inputs=_rms_inputs,
+    reference=ref.RMSNorm,
+    driver="modern_decoder.drive_rms_norm",
+    output=_OUTPUT,
+    variant=_rms_variant,
+    rules=(
+        Rule("the default eps (1e-6, Llama's rms_norm_eps)", lambda call: call.args[1] is None),
+        Rule("eps given", lambda call: call.args[1] is not None),
+        Rule("a token whose mean square is near eps", lambda call: bool(np.any(_rms(call.args[3]) ** 2
+                                                                              < 10 * _eps_of(call)))),
+        Rule("tokens whose mean is far from 0 (no mean is subtracted)",
+             lambda call: bool(np.mean(np.abs(np.mean(call.args[3], axis=-1))) > 0.5)),
+        Rule("more than two axes, normalized over the last",
+             lambda call: np.ndim(call.args[3]) >= 3 and len(set(np.shape(call.args[3]))) == 3),
+    ),
+    knobs=(
+        Knob("centre", ((True, "it subtracts the mean, as LayerNorm does: RMSNorm divides x itself by its root mean "
+                               "square, x / sqrt(mean(x^2) + eps), with no mean subtracted (and no bias)"),)),
+        Knob("eps_at", (
+            ("outside", "eps is added outside the square root, x / (sqrt(mean(x^2)) + eps); LlamaRMSNorm adds it "
+                        "inside: x * torch.rsqrt(mean(x^2) + eps)"),
+            ("none", "eps is missing: it divides by sqrt(mean(x^2)), which a token of (nearly) zero features makes "
+                     "(nearly) zero; add eps inside the root, sqrt(mean(x^2) + eps)"),
+            ("ignored", "it ignores the eps it is built with (it uses 1e-6 whatever eps is given): use self.eps"),
+            ("layer_norm_default", "its default eps is 1e-5, nn.LayerNorm's; Llama's RMSNorm defaults to 1e-6 "
+                                   "(rms_norm_eps): def __init__(self, d_model, eps=1e-6)"),
+        )),
+        Knob("scale", (
+            ("none", "the weight is missing: scale the normalized x by self.weight, feature by feature"),
+            ("one_plus", "it scales by 1 + weight (Gemma's RMSNorm stores its weight so); Llama's and Qwen's scale "
+                         "by the weight itself"),
+            ("divided", "it divides by the weight: the weight scales the normalized x, x_hat * self.weight"),
+        )),
+        Knob("root", (("none", "it divides by the mean square, not by its square root: x / sqrt(mean(x^2) + eps)"),)),
+        Knob("reduce", (("sum", "it divides by the norm sqrt(sum(x^2)), not the root MEAN square: "
+                                "sqrt(mean(x^2) + eps), the sum divided by d_model"),)),
+        Knob("dim", (
+            ("first", "it takes the mean square over the first axis (dim=0); RMSNorm normalizes each token's "
+                      "d_model features: the mean over the LAST axis, dim=-1, keepdim=True"),
+            ("one", "it takes the mean square over axis 1 (dim=1), the positions of a (batch, seq_len, d_model) "
+                    "input; RMSNorm normalizes each token's d_model features: the mean over the LAST axis, dim=-1, "
+                    "keepdim=True"),
+            ("minus_two", "it takes the mean square over the second-last axis (dim=-2), the tokens; RMSNorm "
+                          "normalizes each token's d_model features: the mean over the LAST axis, dim=-1, "
+                          "keepdim=True"),
+            ("all", "it takes the mean square of the whole tensor (no dim); RMSNorm normalizes each token on its "
+                    "own: the mean over the last axis, dim=-1, keepdim=True"),
+        )),
+    ),
+    mistakes=(
+        Mistake("times_rms", "it multiplies by the root mean square instead of dividing by it: x / sqrt(mean(x^2) "
+                "+ eps) * weight", _rms_forward(lambda x, w, eps: x * torch.sqrt(x.pow(2).mean(-1, keepdim=True)
+                                                                                   + eps) * w)),
+        Mistake("not_normalized", "x is scaled by the weight but not normalized: divide it by its root mean square "
+                "first, x / sqrt(mean(x^2) + eps) * weight", _rms_forward(lambda x, w, eps: x * w)),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the mean square loses its last axis, so it does not broadcast against x. "
+               "Keep it: x.pow(2).mean(dim=-1, keepdim=True)",
+               example=_rms_forward(lambda x, w, eps: x / torch.sqrt(x.pow(2).mean(-1) + eps) * w),
+               match="must match the size of tensor"),
+    ),
+    by_call=True,
+    figures=("modern_decoder-RMSNorm-figure",),
+)
+
+
+# ---------------------------------------------------------------- SwiGLU
+
+_SILU = "SwiGLU's gate is SiLU (swish), x sigmoid(x): F.silu"
+_GATES = {
+    "silu": (F.silu, ""),
+    "relu": (torch.relu, f"the gate goes through ReLU (ReGLU); {_SILU}"),
+    "gelu": (F.gelu, f"the gate goes through GELU (GEGLU, Gemma's); {_SILU}"),
+    "gelu_tanh": (lambda h: F.gelu(h, approximate="tanh"), f"the gate goes through the tanh approximation of "
+                                                            f"GELU (GEGLU); {_SILU}"),
+    "sigmoid": (torch.sigmoid, f"the gate goes through a sigmoid (Dauphin et al.'s GLU); {_SILU}"),
+    "none": (lambda h: h, f"the gate has no activation (a bilinear layer); {_SILU}"),
+    "tanh": (torch.tanh, f"the gate goes through tanh; {_SILU}"),
+}
+_KNOB_GATES = ("relu", "gelu", "sigmoid", "none")
+
+
+def _swiglu_variant(activation="silu", swapped=False, applied="gate"):
+    """SwiGLU with another gate ``activation``, the gate and up projections ``swapped`` (the
+    activation on W_up(x)), or the activation ``applied`` elsewhere ("gate"; "product": to the
+    product of both; "both": to both projections)."""
+    act = _GATES[activation][0]
+
+    class SwiGLU(ref.SwiGLU):
+        def forward(self, x):
+            gate, up = (self.W_up(x), self.W_gate(x)) if swapped else (self.W_gate(x), self.W_up(x))
+            hidden = {"gate": lambda: act(gate) * up, "product": lambda: act(gate * up),
+                      "both": lambda: act(gate) * act(up)}[applied]()
+            return self.W_down(hidden)
+    return SwiGLU
+
+
+def _swiglu_inputs(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    for shape, d_ff in [((2, 5, 6), 10), ((3, 7), 9), ((2, 3, 5), 11)]:
+        d = shape[-1]
+        W_gate = rng.normal(scale=2 / np.sqrt(d), size=(d_ff, d))
+        W_up = rng.normal(scale=1 / np.sqrt(d), size=(d_ff, d))
+        W_down = rng.normal(scale=1 / np.sqrt(d_ff), size=(d, d_ff))
+        calls.append(Call((d, d_ff, W_gate, W_up, W_down, rng.normal(size=shape)),
+                          what=f"SwiGLU({d}, {d_ff}) on x of shape {shape}"))
+    return calls
+
+
+def _gate_region(rng: np.random.Generator) -> list[Call]:
+    """One call whose answer is act(x) * x: every projection the identity (d_ff = d_model = 11), x
+    spread over [-6, 6] (where ReLU, GELU, SiLU and a sigmoid part), so that the gate's activation
+    and where it is applied show alone; gate and up are then the same, so their order cannot matter."""
+    grid = np.concatenate([np.linspace(-6, -2.2, 22), np.linspace(-2, 2, 22), np.linspace(2.2, 6, 22)])
+    x = (grid + rng.uniform(-0.02, 0.02, size=grid.size)).reshape(6, 11)
+    eye = np.eye(11)
+    return [Call((11, 11, eye, eye, eye, x), what="SwiGLU(11, 11) on a known region of the gate")]
+
+
+def _gate(call: Call) -> np.ndarray:
+    return call.args[5] @ call.args[2].T
+
+
+class _NoDown(ref.SwiGLU):
+    def forward(self, x):
+        return F.silu(self.W_gate(x)) * self.W_up(x)
+
+
+class _Sum(ref.SwiGLU):
+    def forward(self, x):
+        return self.W_down(F.silu(self.W_gate(x)) + self.W_up(x))
+
+
+class _NoUp(ref.SwiGLU):
+    def forward(self, x):
+        return self.W_down(F.silu(self.W_gate(x)))
+
+
+class _Divided(ref.SwiGLU):
+    def forward(self, x):
+        return self.W_down(F.silu(self.W_gate(x)) / self.W_up(x))
+
+
+class _NoGate(ref.SwiGLU):
+    def forward(self, x):
+        return self.W_down(self.W_up(x))
+
+
+class _Transposed(ref.SwiGLU):
+    def forward(self, x):
+        return (F.silu(x @ self.W_gate.weight) * (x @ self.W_up.weight)) @ self.W_down.weight
+
+
+SWIGLU = Spec(
+    id="modern_decoder-SwiGLU",
+    function="SwiGLU",
+    inputs=_swiglu_inputs,
+    reference=ref.SwiGLU,
+    driver="modern_decoder.drive_swiglu",
+    output=_OUTPUT,
+    variant=_swiglu_variant,
+    rules=(
+        Rule("gate values of both signs, some below -1 (SiLU, ReLU and GELU part there)",
+             lambda call: bool(np.any(_gate(call) < -1) and np.any(_gate(call) > 1))),
+        Rule("d_ff != d_model (nn.Linear's layout shows)", lambda call: call.args[1] != call.args[0]),
+        Rule("more than two axes", lambda call: np.ndim(call.args[5]) >= 3),
+    ),
+    knobs=(
+        Knob("activation", tuple((name, _GATES[name][1]) for name in _KNOB_GATES)),
+        Knob("swapped", ((True, "the gate and up projections are swapped: the SiLU goes on W_gate(x) (gate_proj), "
+                                "which then multiplies W_up(x) (up_proj) feature by feature"),)),
+        Knob("applied", (
+            ("product", "the SiLU is applied to the product gate * up: apply it to the gate alone, "
+                        "silu(W_gate(x)) * W_up(x)"),
+            ("both", "the SiLU is applied to both projections: the up projection W_up(x) stays linear, "
+                     "silu(W_gate(x)) * W_up(x)"),
+        )),
+    ),
+    probes=(
+        Probe("gate", _gate_region, reads=("activation", "applied"),
+              extra=(Knob("activation", tuple((name, diagnosis) for name, (_, diagnosis) in _GATES.items()
+                                              if name not in _KNOB_GATES + ("silu",))),),
+              right="the gate's activation is SiLU, applied to the gate alone: look at which weight goes where "
+                    "and at the down projection"),
+    ),
+    mistakes=(
+        Mistake("no_down", "there is no down projection: the hidden (..., d_ff) must go back to d_model through "
+                "W_down, W_down(silu(W_gate(x)) * W_up(x))", _NoDown),
+        Mistake("sum", "the gate is added to the up projection: SwiGLU multiplies them feature by feature, "
+                "silu(W_gate(x)) * W_up(x)", _Sum),
+        Mistake("no_up", "the up projection is missing: the hidden layer is silu(W_gate(x)) * W_up(x), the gate "
+                "times the up projection", _NoUp),
+        Mistake("divided", "the gate is divided by the up projection: SwiGLU multiplies them feature by feature, "
+                "silu(W_gate(x)) * W_up(x)", _Divided),
+        Mistake("no_gate", "the gate is missing: the hidden layer is W_up(x) alone, a linear layer; SwiGLU gates "
+                "it, silu(W_gate(x)) * W_up(x)", _NoGate),
+    ),
+    errors=(
+        Raises("{what} raised {error}. The weights use nn.Linear's layout, (out_features, in_features): call the "
+               "layers, self.W_gate(x), or multiply by the transposed weight, x @ self.W_gate.weight.T",
+               example=_Transposed, match="cannot be multiplied|mismatch in its core dimension|size mismatch|"
+                                          "must match the size"),
+    ),
+    by_call=True,
+    figures=("modern_decoder-SwiGLU-figure",),
+)
+
+SPECS = (RMS_NORM, SWIGLU)
