@@ -196,6 +196,32 @@ def _window_outputs_differ(implementation) -> bool:
         return not np.allclose(_np(got), _np(torch.softmax(scores, dim=-1) @ v), atol=1e-6)
 
 
+def _rms_not_one(implementation) -> bool:
+    """RMSNorm with weight 1: a token of RMS well above sqrt(eps) comes out with RMS 1."""
+    x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(4)) * 3 + 1
+    with torch.no_grad():
+        out = implementation(8)(x)
+    return tuple(out.shape) != (3, 5, 8) or not np.allclose(_np(out.pow(2).mean(-1)), 1.0, atol=1e-4)
+
+
+def _swiglu_differs(implementation) -> bool:
+    """SwiGLU: W_down(silu(W_gate(x)) * W_up(x)) with random weights loaded by name."""
+    from grader.checks.reference.modern_decoder import SwiGLU
+
+    torch.manual_seed(5)
+    reference = SwiGLU(6, 10)
+    module = implementation(6, 10)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return True
+    x = torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        got = module(x)
+        return not isinstance(got, torch.Tensor) or got.shape != x.shape or not torch.allclose(got, reference(x),
+                                                                                                atol=1e-5)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -233,6 +259,8 @@ PROPERTIES = (
              _gradients_differ),
     Property("efficient_attention-rolling_cache_attention", "every step's output vs attention with the",
              _window_outputs_differ),
+    Property("modern_decoder-RMSNorm", "with weight 1 every token comes out with RMS 1", _rms_not_one),
+    Property("modern_decoder-SwiGLU", "W_up = 2 I doubles the output", _swiglu_differs),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )
