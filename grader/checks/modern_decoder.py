@@ -264,6 +264,7 @@ class _Transposed(ref.SwiGLU):
 
 SWIGLU = Spec(
     id="modern_decoder-SwiGLU",
+    submodules=("W_gate", "W_up", "W_down"),
     function="SwiGLU",
     inputs=_swiglu_inputs,
     reference=ref.SwiGLU,
