@@ -134,6 +134,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/transformer.py
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/check.py
+	$(BIN)/python bench/bpe_incremental.py
 
 # Mutation testing of the hidden checks: every mutant of every exercise's reference judged
 # as a learner's submission on the public seed and SEEDS student seeds; prints the score per

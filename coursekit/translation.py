@@ -117,19 +117,19 @@ def adj_ko(adj: str, noun: str) -> str:
 # -(으)ㄹ form + "것이다" (conjecture or prediction, not a tense); "future" in the code names the
 # English tense.  "finds" is 찾아낸다 (찾는다 reads "is looking for"), so find's forms other
 # than the past (찾았다, 찾은: "found") are built on 찾아내다.
-def _same(stem: str) -> tuple[str, str, str]:
+def _each_tense(stem: str) -> tuple[str, str, str]:
     return stem, stem, stem
 
 
 VERBS = {
-    "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       _same("먹지")),
-    "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           _same("보지")),
-    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아했던", "좋아하는", "좋아할"), _same("좋아하지")),
-    "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       _same("잡지")),
-    "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       _same("쫓지")),
+    "eat":   (("eat", "eats", "ate"),         ("먹었다", "먹는다", "먹을"),       ("먹은", "먹는", "먹을"),       _each_tense("먹지")),
+    "see":   (("see", "sees", "saw"),         ("보았다", "본다", "볼"),           ("본", "보는", "볼"),           _each_tense("보지")),
+    "like":  (("like", "likes", "liked"),     ("좋아했다", "좋아한다", "좋아할"), ("좋아했던", "좋아하는", "좋아할"), _each_tense("좋아하지")),
+    "catch": (("catch", "catches", "caught"), ("잡았다", "잡는다", "잡을"),       ("잡은", "잡는", "잡을"),       _each_tense("잡지")),
+    "chase": (("chase", "chases", "chased"),  ("쫓았다", "쫓는다", "쫓을"),       ("쫓은", "쫓는", "쫓을"),       _each_tense("쫓지")),
     "find":  (("find", "finds", "found"),     ("찾았다", "찾아낸다", "찾아낼"),   ("찾은", "찾아내는", "찾아낼"), ("찾지", "찾아내지", "찾아내지")),
-    "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       _same("돕지")),
-    "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     _same("만들지")),
+    "help":  (("help", "helps", "helped"),    ("도왔다", "돕는다", "도울"),       ("도운", "돕는", "도울"),       _each_tense("돕지")),
+    "make":  (("make", "makes", "made"),      ("만들었다", "만든다", "만들"),     ("만든", "만드는", "만들"),     _each_tense("만들지")),
 }
 TENSES = ("past", "present", "future")
 # Negation, + 것이다 for English "will". 안 and -지 않다 say the subject did not do it; with see,

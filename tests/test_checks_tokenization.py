@@ -573,6 +573,101 @@ def _compose_unchecked(text):
     return "".join(out)
 
 
+# ---------------------------------------------------------------- gpt2_pretokenize
+
+def _gpt2_kind(ch):
+    return "L" if ch.isalpha() else "N" if ch.isdecimal() else "S" if ch.isspace() else "P"
+
+
+def _gpt2_by_hand(text):
+    """GPT-2's pattern as a loop over the characters, as a learner writes it without regex."""
+    pieces, i, n = [], 0, len(text)
+    while i < n:
+        contraction = next((c for c in ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d") if text.startswith(c, i)), None)
+        if contraction:
+            pieces.append(contraction)
+            i += len(contraction)
+            continue
+        start = i
+        if text[i] == " " and i + 1 < n and _gpt2_kind(text[i + 1]) != "S":
+            i += 1
+        kind = _gpt2_kind(text[i])
+        if kind == "S":
+            j = i
+            while j < n and text[j].isspace():
+                j += 1
+            end = j if j == n else (j - 1 if j - i >= 2 else i + 1)
+        else:
+            end = i
+            while end < n and _gpt2_kind(text[end]) == kind:
+                end += 1
+        pieces.append(text[start:end])
+        i = end
+    return pieces
+
+
+def _gpt2_split_filter(text):
+    pattern = r"('s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+)"
+    return [piece for piece in re.split(pattern, text) if piece]
+
+
+def _gpt2_pattern(pattern):
+    return lambda text: re.findall(pattern, text)
+
+
+# ---------------------------------------------------------------- encode_user_text
+
+def _user_split(text, tokens, merges, allowed_special=()):
+    """As the notebook's solution: the allowed strings split off with re.split, the rest encode_ordinary."""
+    allowed = SPECIALS if allowed_special == "all" else list(allowed_special)
+    if any(s not in SPECIALS for s in allowed):
+        raise ValueError("allowed_special takes special tokens only")
+    if not allowed:
+        return ref.encode_ordinary(text, tokens, merges)
+    ids = []
+    for piece in re.split("(" + "|".join(map(re.escape, allowed)) + ")", text):
+        ids += [SPECIALS.index(piece)] if piece in allowed else ref.encode_ordinary(piece, tokens, merges)
+    return ids
+
+
+def _user_scan(text, tokens, merges, allowed_special=()):
+    """A scan: at each position the allowed string that starts there, else one more character of text."""
+    allowed = list(SPECIALS) if allowed_special == "all" else sorted(allowed_special)
+    for s in allowed:
+        if s not in SPECIALS:
+            raise ValueError(f"not a special token: {s}")
+    ids, start, i = [], 0, 0
+    while i < len(text):
+        hit = next((s for s in allowed if text.startswith(s, i)), None)
+        if hit:
+            ids += ref.encode_ordinary(text[start:i], tokens, merges) + [SPECIALS.index(hit)]
+            i = start = i + len(hit)
+        else:
+            i += 1
+    return ids + ref.encode_ordinary(text[start:], tokens, merges)
+
+
+def _user_always(text, tokens, merges, allowed_special=()):
+    if allowed_special != "all" and any(s not in SPECIALS for s in allowed_special):
+        raise ValueError("not a special token")
+    return ref.bpe_encode(text, tokens, merges)
+
+
+def _user_tiktoken_default(text, tokens, merges, allowed_special=()):
+    allowed = set(SPECIALS) if allowed_special == "all" else set(allowed_special)
+    if any(s in text for s in set(SPECIALS) - allowed):
+        raise ValueError("the text holds a special token that is not allowed")
+    return _user_split(text, tokens, merges, allowed_special)
+
+
+def _user_replace_unk(text, tokens, merges, allowed_special=()):
+    allowed = SPECIALS if allowed_special == "all" else list(allowed_special)
+    for s in SPECIALS:
+        if s not in allowed:
+            text = text.replace(s, "")
+    return _user_split(text, tokens, merges, allowed_special)
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -619,7 +714,8 @@ MISTAKES = {
     "tokenization-bpe_encode": [
         (_encode_adds_bos_eos, "special tokens are not the text's"),
         (_encode_code_points, "do not decode back to the text"),
-        (_encode_reversed, "its ids decode back to the text, but as"),
+        # reversed merges decode back as other tokens: longer ones or another count, and both messages say why
+        (_encode_reversed, "in the order learned"),
         (_greedy_encoder(_wordpiece), "WordPiece's greedy match"),
         (_greedy_encoder(_by_length), "WordPiece's greedy match"),
         (_greedy_encoder(_from_the_end), "the longest token that ends the word"),
@@ -665,6 +761,33 @@ MISTAKES = {
         (lambda text: print(_compose_groups(text)), "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-gpt2_pretokenize": [
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?\w+| ?[^\s\w]+|\s+(?!\S)|\s+"), "letters and digits are in one piece"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\s\w]+|\s+(?!\S)|\s+"),
+         "Hangul syllables are lost"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"), "underscores are lost"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d|[^\W\d_]+\s?|\d+\s?|(?:[^\s\w]|_)+\s?|\s+"),
+         "a piece ends with a space"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+"), "a run of whitespace takes the space of the word after it"),
+        (_gpt2_pattern(r" ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"), "English contractions are not pieces"),
+        (_gpt2_pattern(r"'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s*"), "an empty piece"),
+        (lambda text: "".join(_gpt2_by_hand(text)), "returns one str"),
+        (lambda text: print(_gpt2_by_hand(text)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-encode_user_text": [
+        (_user_always, "a special-token string that a user typed became its special id"),
+        (_user_tiktoken_default, "tiktoken's encode raises by default"),
+        (_user_replace_unk, "is dropped from the text"),
+        (lambda text, tokens, merges, allowed_special=(): _user_split(text, tokens, [], allowed_special),
+         "first different at position"),  # (the merges not applied: every character its own token)
+        (lambda text, tokens, merges, allowed_special=(): [str(i) for i in _user_split(text, tokens, merges,
+                                                                                          allowed_special)],
+         "returns tokens (str"),
+        (lambda text, tokens, merges, allowed_special=(): print(_user_split(text, tokens, merges, allowed_special)),
+         "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -682,6 +805,10 @@ VARIANTS = {
     # has no compatibility decomposition), a regular expression
     "tokenization-to_jamo": [_jamo_checked(_by_hand()), _jamo_checked(_nfd_syllables("NFKD")), _jamo_regex],
     "tokenization-from_jamo": [_compose_by_hand, _compose_groups, _compose_syllables],
+    # the pattern as a loop over the characters (str.isalpha, str.isdecimal), and re.split with the pattern captured
+    "tokenization-gpt2_pretokenize": [_gpt2_by_hand, _gpt2_split_filter],
+    # re.split on the allowed strings, and a scan position by position
+    "tokenization-encode_user_text": [_user_split, _user_scan],
 }
 
 
@@ -789,7 +916,21 @@ def _no_round_trip(bpe_decode) -> bool:
     return bpe_decode(ref.bpe_encode(text, tokens, merges), tokens) != text
 
 
+def _pieces_lose_text(gpt2_pretokenize) -> bool:
+    return any("".join(gpt2_pretokenize(text)) != text
+               for text in ["<bos>나는 고기를  먹었다\n<eos>", "it's 12,000 won!!  🙂\t", "x_y 3cats 고양이가,  2마리"])
+
+
+def _user_text_lost(encode_user_text) -> bool:
+    merges = [("고", "기"), (" ", "고기"), ("e", "o")]
+    tokens, text = ref.learned_tokens("고기 고기를 eos", merges), "<eos>고기를 <bos>x<<pad>>  eos\n<unk>"
+    return any(ref.bpe_decode(list(encode_user_text(text, tokens, merges, allowed)), tokens) != text
+               for allowed in [set(), {"<eos>"}, "all"])
+
+
 VISIBLE_PROPERTIES = [
+    Property("tokenization-gpt2_pretokenize", "the pieces put back together are the text", _pieces_lose_text),
+    Property("tokenization-encode_user_text", "bpe_decode(encode_user_text(text, ...)) == text", _user_text_lost),
     Property("tokenization-merge_pair", "('고', '기', '를') becomes ('고기', '를')", _counts_do_not_add),
     Property("tokenization-bpe_encode", "merges apply in the order learned", _not_in_order),
     Property("tokenization-bpe_decode", "bpe_decode(bpe_encode(text)) == text", _no_round_trip),

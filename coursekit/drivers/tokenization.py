@@ -159,3 +159,34 @@ def _text_driver(name: str) -> Any:
 
 drive_to_jamo = _text_driver("to_jamo")      # to_jamo(text) -> text
 drive_from_jamo = _text_driver("from_jamo")  # from_jamo(text) -> text
+
+
+def drive_gpt2_pretokenize(fn: Any) -> Any:
+    """gpt2_pretokenize(text) -> the same, returning the pieces as a list of str."""
+    def run(text):
+        pieces = fn(text)
+        if pieces is None:
+            return None
+        if isinstance(pieces, str):
+            raise TypeError("gpt2_pretokenize should return a list of str (the pieces), but it returns one str: "
+                            "re.findall(pattern, text) gives the list")
+        if not isinstance(pieces, (list, tuple)) or not all(isinstance(p, str) for p in pieces):
+            raise TypeError(f"gpt2_pretokenize should return a list of str (the pieces), but it returns {_kind(pieces)}"
+                            + (" with an item that is no str" if isinstance(pieces, (list, tuple)) else ""))
+        if any(p == "" for p in pieces):
+            raise TypeError("gpt2_pretokenize returns an empty piece: every piece holds at least one character "
+                            "(a pattern that can match nothing, such as \\s*, adds empty matches)")
+        return list(pieces)
+    return run
+
+
+def drive_encode_user_text(fn: Any) -> Any:
+    """encode_user_text(text, tokens, merges, allowed_special) -> fn(text, tokens, lefts, rights,
+    allowed) returning the ids as an int64 array; ``allowed`` is "all" or the allowed strings
+    with spaces between them ("" for none), handed to the learner as "all" or a set of str (as
+    tiktoken takes it)."""
+    def run(text, tokens, lefts, rights, allowed):
+        allowed = allowed if allowed == "all" else set(allowed.split())
+        ids = fn(text, list(tokens), list(zip(lefts, rights)), allowed_special=allowed)
+        return None if ids is None else _id_array(ids, "encode_user_text")
+    return run

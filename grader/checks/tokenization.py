@@ -1,5 +1,6 @@
-"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises) and Hangul
-below the syllable, to_jamo and from_jamo (two).
+"""Hidden checks of notebook 11, tokenization: byte-pair encoding (five exercises), Hangul
+below the syllable, to_jamo and from_jamo (two), and GPT-2's pre-tokenizer, gpt2_pretokenize
+(one: its pieces, judged against the pattern of GPT-2's encoder.py written with re's classes).
 
 The answers are text: dicts of symbol pairs, lists of merges, ids, a decoded string. The
 drivers (``coursekit/drivers/tokenization.py``) hand them back as strings and int64 arrays
@@ -1317,4 +1318,268 @@ FROM_JAMO = Spec(
     figures=("tokenization-from_jamo-figure",),
 )
 
-SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO)
+# ---------------------------------------------------------------- gpt2_pretokenize
+
+_CONTRACTIONS = r"'(?:s|t|re|ve|m|ll|d)|"
+
+
+def _splitter(pattern: str) -> Callable[[str], list[str]]:
+    """A learner's pre-tokenizer: ``re.findall`` with ``pattern``."""
+    compiled = re.compile(pattern)
+    return lambda text: compiled.findall(text)
+
+
+_ODD = ("don't", "I'm", "we'll", "it's", "they've", "you're", "she'd", "cat's", "3 cats", "2024년", "abc123",
+        "12,000", "(고기)", "...!", "e-mail", "x_y", "🙂🙂", "a+b=c", "고양이가!")
+
+
+def _gpt2_texts(rng: np.random.Generator) -> tuple[str, str]:
+    """Korean and English sentences of the toy grammar with contractions, numbers, digits next to
+    letters, punctuation and emoji between them, runs of spaces, tabs and line breaks; and a text
+    whose words stand after runs of whitespace and which ends in one."""
+    first, second, third, fourth = _sentences(rng, 2, 2)
+    odd = list(_ODD)
+    rng.shuffle(odd)
+    digits = str(int(rng.integers(10, 10_000)))
+    mixed = (f"{first} {' '.join(odd[:7])}, {second}.\n{third} {digits}{odd[7]}  {' '.join(odd[8:13])}!\t"
+             f"{fourth}: {' '.join(odd[13:])}")
+    gaps = ["  ", "   ", "\t", " \t ", "\n", "\n\n ", " "]
+    words = " ".join(_sentences(rng, 2, 1)).split(" ")
+    spaced = "".join(word + gaps[int(rng.integers(len(gaps)))] for word in words) + "  "
+    return mixed, "  " + spaced
+
+
+def _gpt2_inputs(rng: np.random.Generator) -> list[Call]:
+    mixed, spaced = _gpt2_texts(rng)
+    return [Call((mixed,), what="gpt2_pretokenize(text) for sentences with contractions, digits and punctuation"),
+            Call((spaced,), what="gpt2_pretokenize(text) for words after runs of spaces, tabs and line breaks")]
+
+
+def _kind_of_piece(piece: str) -> str:
+    core = piece[1:] if piece[:1] == " " and len(piece) > 1 else piece
+    if re.fullmatch(r"[^\W\d_]+", core):
+        return "letters"
+    if re.fullmatch(r"\d+", core):
+        return "digits"
+    return "whitespace" if core.isspace() else "other"
+
+
+def _describe_pieces(case: Case) -> None:
+    """What a wrong pre-tokenizer did: text lost or added, spaces after words, letters with
+    digits, Hangul with punctuation, whitespace runs, contractions; or where it first differs."""
+    got, want, text = case.answer, case.expected, case.call.args[0]
+    if "".join(got) != text:
+        lost = set(Counter(text) - Counter("".join(got)))
+        if lost and lost <= {"_"}:
+            case.fail("underscores are lost: \\w takes _, so [^\\s\\w] misses it and findall skips it; the "
+                      "punctuation class is everything but whitespace, letters and digits, (?:[^\\s\\w]|_)")
+        if any(_syllable(ch) for ch in lost):
+            case.fail("Hangul syllables are lost: [a-zA-Z] knows only Latin letters, and [^\\s\\w] leaves out "
+                      "every \\w character; a letter is any Unicode letter, [^\\W\\d_] with re (\\p{L} with "
+                      "the regex module)")
+        case.fail("its pieces put back together are not the text: every character, spaces, tabs and line breaks "
+                  "too, belongs to exactly one piece (\"\".join(pieces) == text)")
+    if any(p[-1] == " " and p.strip() for p in got):
+        case.fail("a piece ends with a space: the space goes with the word after it (' world'), ' ?' before the "
+                  "letters, digits or punctuation, not after them")
+    if any(re.search(r"[^\W\d_]", p) and re.search(r"\d", p) for p in got):
+        case.fail("letters and digits are in one piece (\\w+ takes both): a run of letters and a run of digits are "
+                  "two pieces, [^\\W\\d_]+ and \\d+")
+    if any(re.search("[\uac00-\ud7a3]", p) and re.search(r"[^\s\w]", p) for p in got):
+        case.fail("Hangul syllables and punctuation are in one piece: [a-zA-Z] knows only Latin letters; a letter "
+                  "is any Unicode letter, [^\\W\\d_] with re (\\p{L} with the regex module)")
+    if any(p.isspace() and len(p) > 1 for p in got) and not any(p.isspace() and len(p) > 1 for p in want) or \
+            sum(p[:1] == " " and not p.isspace() for p in got) < sum(p[:1] == " " and not p.isspace() for p in want):
+        case.fail("after a run of whitespace the next word has no space: the run keeps its last space for the "
+                  "word after it, \\s+(?!\\S) before \\s+")
+    if sum(p[:1] == "'" for p in got) < sum(p[:1] == "'" for p in want):
+        case.fail("English contractions are not pieces of their own: 's 't 're 've 'm 'll 'd come first in the "
+                  "pattern, so don't is don + 't")
+    k = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+    kind = _kind_of_piece(want[k]) if k < len(want) else "the end of the text"
+    case.fail(f"{_plural(len(got), 'piece')} where the rule gives {len(want)}; the first that differs is piece "
+              f"{k + 1}, which should be a piece of {kind}")
+
+
+GPT2_RULES = (
+    Rule("English contractions", lambda call: bool(re.search(r"\w'(s|t|re|ve|m|ll|d)\b", call.args[0]))),
+    Rule("digits next to letters", lambda call: bool(re.search(r"[^\W\d_]\d|\d[^\W\d_]", call.args[0]))),
+    Rule("Hangul next to punctuation", lambda call: bool(re.search("[\uac00-\ud7a3][^\\s\\w]", call.args[0]))),
+    Rule("runs of whitespace before a word",
+         lambda call: bool(re.search(r"\s\s\S", call.args[0]))),
+    Rule("whitespace at the end of the text", lambda call: call.args[0][-1:].isspace()),
+)
+
+_LETTER, _DIGIT, _OTHER = r"[^\W\d_]", r"\d", r"(?:[^\s\w]|_)"
+
+GPT2_PRETOKENIZE = Spec(
+    id="tokenization-gpt2_pretokenize",
+    function="gpt2_pretokenize",
+    inputs=_gpt2_inputs,
+    reference=ref.gpt2_pretokenize,
+    driver="tokenization.drive_gpt2_pretokenize",
+    prepare=lambda answer, call, what: _strings(answer, what),
+    judge=_judged(_describe_pieces),
+    rtol=0.0, atol=0.0,
+    rules=GPT2_RULES,
+    mistakes=(
+        Mistake("space_after", "the space goes with the word before it ('hello ' + 'world'): GPT-2 keeps it with "
+                "the word after it (' world'), ' ?' before the letters, digits or punctuation",
+                _splitter(_CONTRACTIONS + rf"{_LETTER}+ ?|{_DIGIT}+ ?|{_OTHER}+ ?|\s+")),
+        Mistake("digits_with_letters", "letters and digits are in one piece (\\w+ takes both, so 2024년 is one "
+                "piece): a run of letters and a run of digits are two pieces, [^\\W\\d_]+ and \\d+",
+                _splitter(_CONTRACTIONS + rf" ?[^\W_]+| ?{_OTHER}+|\s+(?!\S)|\s+")),
+        Mistake("ascii_letters", "Korean is not read as letters: [a-zA-Z] knows only Latin letters, so Hangul falls "
+                "into the punctuation class and joins the punctuation next to it; a letter is any Unicode "
+                "letter, [^\\W\\d_] with re (\\p{L} with the regex module)",
+                _splitter(_CONTRACTIONS + r" ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+")),
+        Mistake("whitespace_run", "a run of whitespace takes the space of the word after it ('  ' + 'world'): the "
+                "run keeps its last space for that word ('  world' is ' ' + ' world'), \\s+(?!\\S) before \\s+",
+                _splitter(_CONTRACTIONS + rf" ?{_LETTER}+| ?{_DIGIT}+| ?{_OTHER}+|\s+")),
+        Mistake("no_contractions", "English contractions are not pieces of their own ('don', \"'\", 't'): 's 't "
+                "'re 've 'm 'll 'd come first in the pattern, so don't is 'don' + \"'t\"",
+                _splitter(rf" ?{_LETTER}+| ?{_DIGIT}+| ?{_OTHER}+|\s+(?!\S)|\s+")),
+        Mistake("space_separated", "punctuation and digits stay glued to the word (the notebook's pretokenize, "
+                "' ?\\S+'): a run of letters, of digits and of punctuation are each a piece of their own",
+                _splitter(r" ?\S+|\s")),
+        Mistake("split", "spaces, tabs and line breaks are lost (text.split()): the pieces put back together "
+                "must be the text, every space kept with the word after it", lambda text: text.split()),
+    ),
+    figures=("tokenization-gpt2_pretokenize-figure",),
+)
+
+# ---------------------------------------------------------------- encode_user_text
+
+
+def _user_text_inputs(rng: np.random.Generator) -> list[Call]:
+    """A user's text that types every special-token string (inside a word, after a space, one
+    in another's brackets, at the end), for one tokenizer: nothing allowed, one allowed, "all",
+    and a string that is no special token among the allowed, which must raise."""
+    _, tokens, merges = _tokenizer(rng)
+    first, second = _sentences(rng, 1, 1)
+    specials = list(SPECIALS)
+    rng.shuffle(specials)
+    typed = (f"{first}{specials[0]}{second} {specials[1]}x<{specials[2]}> {specials[3]}\n"
+             f"<eo s> {specials[0]}")
+    lefts, rights = tuple(a for a, _ in merges), tuple(b for _, b in merges)
+    asked = [("", "nothing allowed"), (specials[0], f"{specials[0]} allowed"), ("all", '"all" allowed'),
+             (f"{specials[1]} <end>", "a string that is no special token among the allowed")]
+    return [Call((typed, tokens, lefts, rights, allowed), raises="ValueError" if "<end>" in allowed else None,
+                 what=f"encode_user_text(text, tokens, merges, allowed_special) for a user's text, {kind}")
+            for allowed, kind in asked]
+
+
+def _allowed(allowed) -> set:
+    """What a learner's function reads from allowed_special: "all", or a collection of strings."""
+    return set(SPECIALS) if allowed == "all" else set(allowed)
+
+
+def _user_encoder(specials: str = "allowed", all_means: str = "all"):
+    """A learner's encode_user_text: the allowed strings split off; the others typed in the text
+    encoded as text ("allowed"), always as their ids ("always"), never ("never"), as <unk>
+    ("unk") or dropped ("dropped"); "all" read as every special token or as none."""
+    def encode(text, tokens, merges, allowed_special=()):
+        if allowed_special == "all":
+            allowed_special = SPECIALS if all_means == "all" else ()
+        for special in allowed_special:
+            if special not in SPECIALS:
+                raise ValueError(f"{special!r} is no special token")
+        allowed = set(allowed_special)
+        if specials == "always":
+            return ref.bpe_encode(text, tokens, merges)
+        if specials == "never":
+            return ref.encode_ordinary(text, tokens, merges)
+        ids = []
+        for piece in re.split("(" + "|".join(map(re.escape, SPECIALS)) + ")", text):
+            if piece in allowed:
+                ids.append(SPECIALS.index(piece))
+            elif piece in SPECIALS and specials == "unk":
+                ids.append(UNK_ID)
+            elif piece in SPECIALS and specials == "dropped":
+                continue
+            else:
+                ids += ref.encode_ordinary(piece, tokens, merges)
+        return ids
+    return encode
+
+
+def _describe_user_text(case: Case) -> None:
+    """What a wrong encode_user_text did: special ids for text not allowed, allowed strings not
+    made special, text lost, or where the ids first differ."""
+    got, want = [int(i) for i in case.answer], [int(i) for i in case.expected]
+    text, tokens = case.call.args[0], case.call.args[1]
+    specials_got = [i for i in got if i < ref.BYTE_OFFSET]
+    specials_want = [i for i in want if i < ref.BYTE_OFFSET]
+    if len(specials_got) > len(specials_want):
+        case.fail(f"{_plural(len(specials_got) - len(specials_want), 'special id')} too many: a special-token string "
+                  "typed in the text that allowed_special does not allow is ordinary text, encoded like any other "
+                  "characters (its letters and bytes), never its id 0-3")
+    if len(specials_got) < len(specials_want):
+        case.fail(f"{_plural(len(specials_want) - len(specials_got), 'allowed special-token string')} of the text "
+                  "did not become its id (0-3): each string of allowed_special is one id, SPECIALS.index(string); "
+                  "allowed_special='all' allows the four")
+    try:
+        decoded = ref.bpe_decode(got, list(tokens))
+    except ValueError:
+        case.fail("an id is not in the vocabulary (0 .. 259 + len(tokens))")
+    if decoded != text:
+        case.fail("its ids do not decode back to the text: every character is kept, a special-token string that is "
+                  "not allowed too (as text, not dropped)")
+    k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    case.fail(f"{_plural(len(got), 'id')} where the rule gives {len(want)}, first different at position {k}: the "
+              "ordinary text between the allowed strings is encoded with encode_ordinary, piece by piece")
+
+
+_AS_TEXT = "it is ordinary text, encoded like any other characters, so that decoding gives the text back"
+
+USER_TEXT_RULES = (
+    Rule("special-token strings typed in the text, none allowed", lambda call: call.args[4] == ""
+         and any(s in call.args[0] for s in SPECIALS)),
+    Rule("one special token allowed, the others typed as text",
+         lambda call: call.args[4] in SPECIALS and any(s in call.args[0] for s in set(SPECIALS) - {call.args[4]})),
+    Rule('allowed_special="all" allows the four', lambda call: call.args[4] == "all"),
+    Rule("a special-token string inside a word, and one in another's brackets",
+         lambda call: bool(re.search(r"\S(<pad>|<bos>|<eos>|<unk>)\S", call.args[0]))
+         and any(f"<{s}>" in call.args[0] for s in SPECIALS)),
+    Rule("a string that is no special token among the allowed raises ValueError",
+         lambda call: call.raises == "ValueError"),
+)
+
+
+ENCODE_USER_TEXT = Spec(
+    id="tokenization-encode_user_text",
+    function="encode_user_text",
+    inputs=_user_text_inputs,
+    reference=ref.encode_user_text,
+    driver="tokenization.drive_encode_user_text",
+    prepare=lambda answer, call, what: _ints(answer, what),
+    judge=_judged(_describe_user_text),
+    rtol=0.0, atol=0.0,
+    rules=USER_TEXT_RULES,
+    mistakes=(
+        Mistake("always_special", "a special-token string that a user typed became its special id (bpe_encode's "
+                "pretokenize makes every one special): only the strings of allowed_special become ids 0-3; any "
+                "other is ordinary text, so that a user who types <eos> cannot end the model's sequence",
+                _user_encoder(specials="always")),
+        Mistake("never_special", "the allowed special-token strings are encoded as ordinary text: each string of "
+                "allowed_special in the text is one id, SPECIALS.index(string)", _user_encoder(specials="never")),
+        Mistake("unk_for_text", "a special-token string that is not allowed becomes <unk> (id 3): " + _AS_TEXT,
+                _user_encoder(specials="unk")),
+        Mistake("dropped", "a special-token string that is not allowed is dropped from the text: " + _AS_TEXT,
+                _user_encoder(specials="dropped")),
+        Mistake("all_ignored", "allowed_special='all' allows no special token here: 'all' means the four, "
+                "<pad> <bos> <eos> <unk> (as in tiktoken)", _user_encoder(all_means="none")),
+    ),
+    errors=(
+        Raises("{what} raised a ValueError: a special-token string that is not allowed is ordinary text here, not an "
+               "error (tiktoken's encode raises by default, disallowed_special='all'; this function is its "
+               "encode(text, allowed_special=..., disallowed_special=())); and allowed_special='all' allows the four",
+               example=lambda text, tokens, merges, allowed_special=(): (_ for _ in ()).throw(
+                   ValueError("the text holds a special token that is not allowed")),
+               match="ValueError", when=lambda call: not call.raises),
+    ),
+    figures=("tokenization-encode_user_text-figure",),
+)
+
+SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE,
+         ENCODE_USER_TEXT)

@@ -191,3 +191,60 @@ def from_jamo(text: str) -> str:
     """The inverse of ``to_jamo``: each run of conjoining jamo composed (NFC), nothing else touched;
     a letter that makes no syllable with its neighbours (a lone final) stays as it is."""
     return _JAMO_RUN.sub(lambda run: unicodedata.normalize("NFC", run.group()), text)
+
+
+
+def gpt2_pretokenize(text: str) -> list[str]:
+    r"""Text -> GPT-2's pieces (``"".join(pieces) == text``): an English contraction ('s 't 're
+    've 'm 'll 'd), a run of letters, of digits or of other characters (punctuation, symbols),
+    each with the one space before it; a run of whitespace keeps its last space for the word
+    after it (``\s+(?!\S)``), and whitespace at the end is one piece.
+
+    GPT-2's pattern (Radford et al., 2019, section 2.2; its encoder.py) with ``re``'s Unicode
+    classes for the ``regex`` module's ``\p{L}`` and ``\p{N}``: a letter is ``[^\W\d_]`` (a word
+    character that is no digit and no underscore), a digit ``\d`` (a Unicode decimal digit).
+    """
+    contraction = r"'(?:s|t|re|ve|m|ll|d)"
+    letters = " ?" + r"[^\W\d_]+"
+    digits = " ?" + r"\d+"
+    other = " ?" + r"(?:[^\s\w]|_)+"
+    spaces_before_a_word = r"\s+" + r"(?!\S)"
+    pattern = "|".join([contraction, letters, digits, other, spaces_before_a_word, r"\s+"])
+    return re.findall(pattern, text)
+
+
+def encode_ordinary(text: str, tokens: list, merges: list) -> list[int]:
+    """Text -> ids with no special token at all (tiktoken's encode_ordinary): each word of
+    ``" ?\\S+|\\s"``, a special-token string in it too, merged and looked up, else its UTF-8 bytes."""
+    ids_of = {token: FIRST_TOKEN_ID + i for i, token in enumerate(tokens)}
+    ids = []
+    for word in _WORD.findall(text):
+        for symbol in segment(word, merges):
+            ids += [ids_of[symbol]] if symbol in ids_of else [BYTE_OFFSET + b for b in symbol.encode("utf-8")]
+    return ids
+
+
+def encode_user_text(text: str, tokens: list, merges: list, allowed_special=()) -> list[int]:
+    """Text -> ids where only the special-token strings of ``allowed_special`` (a collection of
+    them, or "all") become their ids 0-3; every other character, a special-token string that
+    is not allowed too, is ordinary text (``encode_ordinary``), as tiktoken's
+    ``encode(text, allowed_special=..., disallowed_special=())``.
+
+    Raises:
+        ValueError: ``allowed_special`` holds a string that is no special token.
+    """
+    if allowed_special == "all":
+        allowed_special = SPECIALS
+    for special in allowed_special:
+        if special not in SPECIALS:
+            raise ValueError(f"{special!r} is no special token; allowed_special takes some of {SPECIALS} or 'all'")
+    allowed = [special for special in SPECIALS if special in allowed_special]
+    if not allowed:
+        return encode_ordinary(text, tokens, merges)
+    ids = []
+    for piece in re.split("(" + "|".join(map(re.escape, allowed)) + ")", text):
+        if piece in allowed:
+            ids.append(SPECIALS.index(piece))
+        else:
+            ids += encode_ordinary(piece, tokens, merges)
+    return ids
