@@ -19,7 +19,7 @@ from tests.conftest import solution_namespace
 
 @pytest.fixture(scope="module")
 def modern_decoder_notebook() -> dict:
-    """The reference solutions of notebook 15 (RMSNorm, SwiGLU)."""
+    """The reference solutions of notebook 15 (RMSNorm, SwiGLU, Attention)."""
     return solution_namespace("15_modern_decoder")
 
 
@@ -133,6 +133,137 @@ class Einsum(_FFN):
         return torch.einsum("...f,df->...d", F.silu(gate) * up, self.W_down.weight)
 
 
+# ---------------------------------------------------------------- Attention
+
+from grader.checks.reference.modern_decoder import Attention as _Layers  # noqa: E402
+
+
+class _Heads(_Layers):
+    """The reference's layers (W_q, W_k, W_v, W_o; q_norm and k_norm when qk_norm) and its ValueError;
+    the cases below write forward(x, cache) only."""
+
+    def project(self, x):
+        batch, new, _ = x.shape
+        q = self.W_q(x).view(batch, new, self.heads, self.head_dim).transpose(1, 2)
+        k = self.W_k(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.W_v(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+        return q, k, v
+
+    def normed(self, x, cache):
+        """(q, k, v) of the heads, QK-normed when qk_norm, and past, the cached length."""
+        q, k, v = self.project(x)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v, 0 if cache is None else cache[0].shape[-2]
+
+    def rope(self, q, k, start):
+        cos, sin = self.cos_sin(start, q.shape[-2])
+        return q * cos + self.rotate_half(q) * sin, k * cos + self.rotate_half(k) * sin
+
+    def cos_sin(self, start, new, theta=None):
+        inv = 1.0 / (theta or self.rope_theta) ** (torch.arange(0, self.head_dim, 2).float() / self.head_dim)
+        freqs = torch.outer(torch.arange(start, start + new).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+    @staticmethod
+    def rotate_half(x):
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+
+    def finish(self, q, k, v, cache, scale=None, order="interleave"):
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+        group = self.heads // self.kv_heads
+        expand = (lambda t: t.repeat_interleave(group, dim=1)) if order == "interleave" else (
+            lambda t: t.repeat(1, group, 1, 1))
+        new, total = q.shape[-2], k.shape[-2]
+        mask = torch.ones(new, total, dtype=torch.bool).tril(diagonal=total - new)
+        out = F.scaled_dot_product_attention(q, expand(k), expand(v), attn_mask=mask, scale=scale)
+        return self.W_o(out.transpose(1, 2).flatten(2)), (k, v)
+
+
+class HuggingFaceAttention(_Heads):
+    """transformers' way: cos and sin of the positions, apply_rotary_pos_emb, repeat_kv, SDPA."""
+
+    def forward(self, x, cache=None):
+        q, k, v, past = self.normed(x, cache)
+        return self.finish(*self.rope(q, k, past), v, cache)
+
+
+class ComplexAttention(_Heads):
+    """The halves as the real and imaginary parts of complex numbers, rotated by e^(i m theta)."""
+
+    def forward(self, x, cache=None):
+        q, k, v, past = self.normed(x, cache)
+        half = self.head_dim // 2
+        angles = torch.outer(torch.arange(past, past + x.shape[1]).double(),
+                             self.rope_theta ** (-torch.arange(half).double() * 2 / self.head_dim))
+        turn = torch.polar(torch.ones_like(angles), angles)
+
+        def rotate(t):
+            z = torch.complex(t[..., :half].double(), t[..., half:].double()) * turn
+            return torch.cat([z.real, z.imag], dim=-1).float()
+        return self.finish(rotate(q), rotate(k), v, cache)
+
+
+class EinsumGroups(_Heads):
+    """The query heads viewed as (kv_heads, group): no copy of the keys and values."""
+
+    def forward(self, x, cache=None):
+        q, k, v, past = self.normed(x, cache)
+        q, k = self.rope(q, k, past)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        batch, _, new, hd = q.shape
+        grouped = q.view(batch, self.kv_heads, self.heads // self.kv_heads, new, hd)
+        scores = torch.einsum("bkgqd,bksd->bkgqs", grouped, k) / hd ** 0.5
+        total = k.shape[2]
+        scores = scores.masked_fill(torch.ones(new, total, dtype=torch.bool).tril(total - new).logical_not(),
+                                    float("-inf"))
+        out = torch.einsum("bkgqs,bksd->bkgqd", scores.softmax(-1), v).reshape(batch, self.heads, new, hd)
+        return self.W_o(out.transpose(1, 2).reshape(batch, new, -1)), (k, v)
+
+
+class NormAfterRope(_Heads):
+    def forward(self, x, cache=None):
+        q, k, v = self.project(x)
+        q, k = self.rope(q, k, 0 if cache is None else cache[0].shape[-2])
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return self.finish(q, k, v, cache)
+
+
+class RepeatNotInterleave(HuggingFaceAttention):
+    def finish(self, q, k, v, cache, scale=None, order="interleave"):
+        return super().finish(q, k, v, cache, scale, order="repeat")
+
+
+class PositionsFromZero(_Heads):
+    def forward(self, x, cache=None):
+        q, k, v, _ = self.normed(x, cache)
+        return self.finish(*self.rope(q, k, 0), v, cache)
+
+
+class ScaledByDModel(HuggingFaceAttention):
+    def finish(self, q, k, v, cache, scale=None, order="interleave"):
+        return super().finish(q, k, v, cache, scale=self.W_q.in_features ** -0.5)
+
+
+class RoFormerPairs(_Heads):
+    """notebook 13's interleaved pairs (2i, 2i + 1)."""
+
+    def forward(self, x, cache=None):
+        q, k, v, past = self.normed(x, cache)
+        cos, sin = self.cos_sin(past, x.shape[1])
+        half = self.head_dim // 2
+        cos, sin = cos[:, :half].repeat_interleave(2, -1), sin[:, :half].repeat_interleave(2, -1)
+
+        def turn(t):
+            return torch.stack([-t[..., 1::2], t[..., ::2]], dim=-1).flatten(-2)
+        return self.finish(q * cos + turn(q) * sin, k * cos + turn(k) * sin, v, cache)
+
+
 MISTAKES = {
     "modern_decoder-RMSNorm": [
         (LayerNormNoBias, "it subtracts the mean, as LayerNorm does"),
@@ -148,11 +279,19 @@ MISTAKES = {
         (NoDown, "there is no down projection"),
         (ReGLU, "the gate goes through ReLU"),
     ],
+    "modern_decoder-Attention": [
+        (NormAfterRope, "QK-norm comes after RoPE"),
+        (RepeatNotInterleave, "query head h reads key/value head h % kv_heads"),
+        (PositionsFromZero, "rotated from position 0 again"),
+        (ScaledByDModel, "divided by sqrt(d_model)"),
+        (RoFormerPairs, "RoPE rotates the pairs (2i, 2i + 1)"),
+    ],
 }
 
 VARIANTS = {
     "modern_decoder-RMSNorm": [HuggingFaceStyle, TorchFunctional, FromTheNorm],
     "modern_decoder-SwiGLU": [HandWrittenSiLU, Functional, Einsum],
+    "modern_decoder-Attention": [HuggingFaceAttention, ComplexAttention, EinsumGroups],
 }
 
 globals().update(shared_tests("modern_decoder", MISTAKES, VARIANTS, solutions="modern_decoder_notebook", seeds=6))

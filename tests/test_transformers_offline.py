@@ -78,3 +78,44 @@ def test_llama_and_qwen3_modules_build_and_run_offline_from_a_small_config(no_ne
     block = Qwen3DecoderLayer(qwen, layer_idx=0)
     assert "self_attn.q_norm.weight" in block.state_dict()
     assert block(x, attention_mask=mask, position_embeddings=position_embeddings).shape == (2, 5, 16)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "llama"])
+def test_the_reference_attention_equals_transformers_step_by_step_with_a_cache(no_network, family):
+    """grader's reference Attention (modern_decoder-Attention) with transformers' weights renamed: the same
+    outputs and cached keys for tokens fed 3 + 1 + 2 at a time, driven as the model drives its attention
+    (position_embeddings from its rotary embedding, an additive causal mask, a DynamicCache)."""
+    from transformers import DynamicCache, LlamaConfig, Qwen3Config
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaRotaryEmbedding
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3RotaryEmbedding
+
+    from grader.checks.reference.modern_decoder import Attention
+
+    config_class, attention_class, rotary_class = {
+        "qwen3": (Qwen3Config, Qwen3Attention, Qwen3RotaryEmbedding),
+        "llama": (LlamaConfig, LlamaAttention, LlamaRotaryEmbedding)}[family]
+    config = config_class(vocab_size=32, hidden_size=12, intermediate_size=40, num_hidden_layers=1,
+                          num_attention_heads=6, num_key_value_heads=2, head_dim=4, rope_theta=300.0,
+                          attn_implementation="eager")
+    torch.manual_seed(1)
+    theirs = attention_class(config, layer_idx=0).eval()
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours = Attention(12, 6, 2, 4, rope_theta=300.0, qk_norm=family == "qwen3")
+    names = {"q_proj": "W_q", "k_proj": "W_k", "v_proj": "W_v", "o_proj": "W_o"}
+    ours.load_state_dict({names.get(k.split(".")[0], k.split(".")[0]) + ".weight": v
+                          for k, v in theirs.state_dict().items()}, strict=True)
+    rotary, cache, mine, start = rotary_class(config), DynamicCache(config=config), None, 0
+    x = torch.randn(2, 6, 12)
+    with torch.no_grad():
+        for new in (3, 1, 2):
+            chunk = x[:, start:start + new]
+            allowed = torch.ones(new, start + new, dtype=torch.bool).tril(diagonal=start)
+            mask = torch.zeros(new, start + new).masked_fill(~allowed, float("-inf"))[None, None]
+            expected, _ = theirs(chunk, rotary(chunk, torch.arange(start, start + new)[None].expand(2, new)), mask,
+                                 past_key_values=cache)
+            got, mine = ours(chunk, mine)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+            start += new
+    torch.testing.assert_close(mine[0], cache.layers[0].keys, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mine[1], cache.layers[0].values, atol=1e-5, rtol=1e-4)

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .encoder import _build, load_by_name
 
 # what to write in __init__ for each parameter's owner (the message of a missing or misshaped name)
 _CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
            "W_gate": "self.W_gate = nn.Linear(d_model, d_ff, bias=False)",
            "W_up": "self.W_up = nn.Linear(d_model, d_ff, bias=False)",
-           "W_down": "self.W_down = nn.Linear(d_ff, d_model, bias=False)"}
+           "W_down": "self.W_down = nn.Linear(d_ff, d_model, bias=False)",
+           "W_q": "self.W_q = nn.Linear(d_model, heads * head_dim, bias=False)",
+           "W_k": "self.W_k = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
+           "W_v": "self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
+           "W_o": "self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)",
+           "q_norm": "self.q_norm = RMSNorm(head_dim, eps) when qk_norm (and no q_norm otherwise)",
+           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)"}
 
 
 def _load(module: Any, arrays: dict, owner: str) -> None:
@@ -28,6 +36,9 @@ def _load(module: Any, arrays: dict, owner: str) -> None:
             if key not in state:
                 raise AttributeError(f"{owner} has no parameter {key}: create it in __init__ as "
                                      f"{_CREATE[key.split('.')[0]]}")
+            if tuple(state[key].shape) != tuple(np.shape(arrays[key])):
+                raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(arrays[key]))}, but it has "
+                                 f"{tuple(state[key].shape)}: {_CREATE[key.split('.')[0]]}")
     load_by_name(module, arrays, owner)
 
 
@@ -60,4 +71,55 @@ def drive_swiglu(cls: Any) -> Any:
         _load(module, {"W_gate.weight": W_gate, "W_up.weight": W_up, "W_down.weight": W_down},
               f"{getattr(cls, '__name__', 'SwiGLU')}({d_model}, {d_ff})")
         return _call(module, x)
+    return run
+
+
+def _step(answer: Any, size: int) -> tuple:
+    import torch
+
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        kind = "nothing (None): is a `return` missing?" if answer is None else f"a {type(answer).__name__}"
+        raise TypeError(f"Attention.forward should return (out, (keys, values)), but it returned {kind}")
+    out, cache = answer
+    if not isinstance(out, torch.Tensor) or out.dim() != 3 or out.shape[1] != size:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"Attention.forward on {size} new token(s) returned an output of shape {shape}; expected "
+                         f"(batch, {size}, d_model): one row per new token")
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+        raise TypeError("Attention.forward should return (out, (keys, values)): the cache a pair (keys, values)")
+    return out, tuple(cache)
+
+
+def drive_attention(cls: Any) -> Any:
+    """An Attention class -> fn(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, W_q, W_k, W_v,
+    W_o, q_norm, k_norm, x, chunks) returning (the outputs of every call concatenated, (batch, seq_len,
+    d_model); the keys and the values of the cache the last call returned).
+
+    The module is built as ``cls(d_model, heads, kv_heads, head_dim, rope_theta=..., qk_norm=..., eps=...)``
+    (rope_theta or eps None: not passed, its default), the weights loaded by name (nn.Linear's layout;
+    q_norm.weight and k_norm.weight only when qk_norm), x float32 (batch, seq_len, d_model) fed
+    ``chunks[0]`` tokens with no cache, then each next chunk with the cache the previous call returned.
+    """
+    import torch
+
+    def run(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, W_q, W_k, W_v, W_o, q_norm, k_norm, x,
+            chunks):
+        sizes = tuple(int(n) for n in (d_model, heads, kv_heads, head_dim))
+        options = {"qk_norm": bool(qk_norm)}
+        options.update({name: float(value) for name, value in (("rope_theta", rope_theta), ("eps", eps))
+                        if value is not None})
+        module = _build(cls, sizes, options)
+        arrays = {"W_q.weight": W_q, "W_k.weight": W_k, "W_v.weight": W_v, "W_o.weight": W_o}
+        if qk_norm:
+            arrays.update({"q_norm.weight": q_norm, "k_norm.weight": k_norm})
+        _load(module, arrays, f"{getattr(cls, '__name__', 'Attention')}{sizes}")
+        x = torch.tensor(np.asarray(x), dtype=torch.float32)
+        outs, cache, start = [], None, 0
+        with torch.no_grad():
+            for size in np.asarray(chunks).tolist():
+                out, cache = _step(module(x[:, start:start + size]) if cache is None
+                                   else module(x[:, start:start + size], cache), size)
+                outs.append(out)
+                start += size
+        return torch.cat(outs, dim=1), torch.as_tensor(cache[0]), torch.as_tensor(cache[1])
     return run

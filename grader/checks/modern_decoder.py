@@ -14,8 +14,11 @@ inside or outside the root, or another eps, shows).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 from ._core import Call, Knob, Mistake, Probe, Raises, Rule, Spec
@@ -317,4 +320,190 @@ SWIGLU = Spec(
     figures=("modern_decoder-SwiGLU-figure",),
 )
 
-SPECS = (RMS_NORM, SWIGLU)
+
+# ---------------------------------------------------------------- Attention (GQA, QK-norm, RoPE, a KV cache)
+
+def _interleaved_half(x):
+    """RoFormer's pairs (2i, 2i + 1) rotated with the halves layout's angles: (x_2i, x_2i+1) -> (-x_2i+1, x_2i)."""
+    pairs = x.unflatten(-1, (-1, 2))
+    return torch.stack([-pairs[..., 1], pairs[..., 0]], dim=-1).flatten(-2)
+
+
+def _attention_variant(qk_norm="head_dim", pairing="halves", kv_order="interleave", positions="true",
+                       mask="bottom_right", scale="head_dim", theta="used", project=True):
+    """Attention with some choices changed: ``qk_norm`` ("head_dim"; "after_rope": the norm after the
+    rotation; "all_heads": over heads * head_dim with the weight tiled; "skipped": not applied though
+    qk_norm is True), ``pairing`` ("halves"; "interleaved": pairs (2i, 2i + 1) with angles repeated
+    pair by pair), ``kv_order`` ("interleave": head h reads key/value head h // group; "tile": h %
+    kv_heads), ``positions`` ("true"; "restart": 0 ... new_len - 1 at every call), ``mask``
+    ("bottom_right", "top_left", "none"), ``scale`` ("head_dim"; "d_model"), ``theta`` ("used";
+    "ignored": 10000 whatever rope_theta is); ``project`` False: no W_o after the heads are merged."""
+
+    class Attention(ref.Attention):
+        def forward(self, x, cache=None):
+            batch, new, d_model = x.shape
+            past = 0 if cache is None else cache[0].shape[2]
+            q = self.W_q(x).view(batch, new, self.heads, self.head_dim).transpose(1, 2)
+            k = self.W_k(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self.W_v(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+
+            def norm(t, module):
+                if qk_norm == "all_heads":
+                    flat = t.transpose(1, 2).flatten(2)
+                    flat = flat / torch.sqrt(flat.pow(2).mean(-1, keepdim=True) + module.eps)
+                    return flat.unflatten(-1, (t.shape[1], t.shape[3])).transpose(1, 2) * module.weight
+                return module(t)
+
+            normed = self.qk_norm and qk_norm != "skipped"
+            if normed and qk_norm != "after_rope":
+                q, k = norm(q, self.q_norm), norm(k, self.k_norm)
+            base = 10000.0 if theta == "ignored" else self.rope_theta
+            inv_freq = base ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+            first = 0 if positions == "restart" else past
+            angles = torch.arange(first, first + new, dtype=torch.float32)[:, None] * inv_freq
+            if pairing == "interleaved":
+                angles, turn = angles.repeat_interleave(2, dim=-1), _interleaved_half
+            else:
+                angles, turn = torch.cat([angles, angles], dim=-1), ref.rotate_half
+            q = q * angles.cos() + turn(q) * angles.sin()
+            k = k * angles.cos() + turn(k) * angles.sin()
+            if normed and qk_norm == "after_rope":
+                q, k = self.q_norm(q), self.k_norm(k)
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            group = self.heads // self.kv_heads
+            if kv_order == "tile":
+                keys, values = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+            else:
+                keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            scores = q @ keys.transpose(2, 3) / math.sqrt(d_model if scale == "d_model" else self.head_dim)
+            if mask != "none":
+                allowed = torch.ones(new, past + new, dtype=torch.bool).tril(diagonal=past if mask == "bottom_right"
+                                                                              else 0)
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            out = (torch.softmax(scores, dim=-1) @ values).transpose(1, 2).reshape(batch, new, -1)
+            return (self.W_o(out) if project else out), (k, v)
+    return Attention
+
+
+def _attention_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (batch, d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, chunks)
+    # 1. Qwen3-like: groups of 3, QK-norm, heads * head_dim = 24 != d_model = 12, the default theta.
+    # 2. Llama-like: groups of 2, no QK-norm, rope_theta 100, head_dim 6.
+    # 3. multi-query attention, QK-norm with eps 1e-3, heads * head_dim = d_model = 16, theta 50, no cache.
+    later = tuple(rng.permutation([1, 2, 3]).tolist())
+    setups = [(2, 12, 6, 2, 4, None, True, None, (2,) + later[:2]),
+              (2, 10, 4, 2, 6, 100.0, False, None, (1, 1) + later[1:]),
+              (1, 16, 2, 1, 8, 50.0, True, 1e-3, (5,))]
+    for batch, d_model, heads, kv_heads, head_dim, theta, qk_norm, eps, chunks in setups:
+        seq_len = sum(chunks)
+        W_q = rng.normal(scale=1 / np.sqrt(d_model), size=(heads * head_dim, d_model))
+        W_k = rng.normal(scale=1 / np.sqrt(d_model), size=(kv_heads * head_dim, d_model))
+        W_v = rng.normal(scale=1 / np.sqrt(d_model), size=(kv_heads * head_dim, d_model))
+        W_o = rng.normal(scale=1 / np.sqrt(heads * head_dim), size=(d_model, heads * head_dim))
+        norms = (_weight(rng, head_dim), _weight(rng, head_dim)) if qk_norm else (None, None)
+        x = rng.normal(size=(batch, seq_len, d_model)) * rng.uniform(0.5, 2.0, size=(batch, seq_len, 1))
+        options = "".join(f", {name}={value:g}" for name, value in (("rope_theta", theta), ("eps", eps))
+                          if value is not None)
+        what = (f"Attention(d_model={d_model}, heads={heads}, kv_heads={kv_heads}, head_dim={head_dim}{options}, "
+                f"qk_norm={qk_norm}) on x of shape {x.shape} fed {' + '.join(map(str, chunks))} tokens")
+        calls.append(Call((d_model, heads, kv_heads, head_dim, theta, qk_norm, eps, W_q, W_k, W_v, W_o) + norms
+                          + (x, np.array(chunks, dtype=np.int64)), what=what))
+    d_model, heads, kv_heads, head_dim = 12, 6, 4, 2
+    calls.append(Call((d_model, heads, kv_heads, head_dim, None, False, None, np.zeros((12, 12)), np.zeros((8, 12)),
+                       np.zeros((8, 12)), np.zeros((12, 12)), None, None, np.zeros((1, 2, 12)),
+                       np.array([2], dtype=np.int64)), raises="ValueError",
+                      what="Attention(d_model=12, heads=6, kv_heads=4, head_dim=2): 4 does not divide 6"))
+    return calls
+
+
+def _chunks(call: Call) -> list[int]:
+    return np.asarray(call.args[-1]).tolist()
+
+
+class _Unchecked(ref.Attention):
+    """No check that kv_heads divides heads: the first forward fails instead."""
+
+    def __init__(self, d_model, heads, kv_heads, head_dim, rope_theta=10000.0, qk_norm=False, eps=1e-6):
+        super().__init__(d_model, kv_heads, kv_heads, head_dim, rope_theta, qk_norm, eps)
+        self.heads = heads
+        self.W_q = nn.Linear(d_model, heads * head_dim, bias=False)
+        self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)
+
+
+ATTENTION = Spec(
+    id="modern_decoder-Attention",
+    submodules=("W_q", "W_k", "W_v", "W_o"),
+    function="Attention",
+    depends=("modern_decoder-RMSNorm",),  # its q_norm and k_norm are the learner's RMSNorm
+    inputs=_attention_calls,
+    reference=ref.Attention,
+    driver="modern_decoder.drive_attention",
+    parts=("output", "cached keys", "cached values"),
+    variant=_attention_variant,
+    equivalent=(
+        ("L25 0 -> 1 #2", "cache[1], the cached values, has the cached keys' length: past either way"),
+        ("L25 0 -> -1 #2", "cache is a pair: cache[-1] is cache[1], the values, of the keys' length"),
+        ("L31 torch.arange(0, self.head_dim, 2, dtype=torch.float32) -> torch.arange(0, self.head_dim, 2)",
+         "the integers 0, 2, ... divided by head_dim (true division) are float32 all the same"),
+        ("L32 torch.arange(past, past + new, dtype=torch.float32) -> torch.arange(past, past + new)",
+         "integer positions times the float32 frequencies are float32: the same angles"),
+        ("L33 -1 -> 1", "angles is 2-D, (new_len, head_dim // 2): its axis 1 is its last"),
+    ),
+    rules=(
+        Rule("groups of several query heads over several key/value heads (1 < kv_heads < heads)",
+             lambda call: not call.raises and 1 < call.args[2] < call.args[1]),
+        Rule("QK-norm (qk_norm=True) with weights of both signs", lambda call: not call.raises and call.args[5]),
+        Rule("no QK-norm (Llama)", lambda call: not call.raises and not call.args[5]),
+        Rule("several new tokens after a cache: positions past ... past + new_len - 1, the mask bottom-right",
+             lambda call: not call.raises and any(n > 1 for n in _chunks(call)[1:])),
+        Rule("one new token after a cache", lambda call: not call.raises and any(n == 1 for n in _chunks(call)[1:])),
+        Rule("a rope_theta given, other than 10000", lambda call: call.args[4] not in (None, 10000.0)),
+        Rule("heads * head_dim != d_model", lambda call: call.args[1] * call.args[3] != call.args[0]),
+        Rule("kv_heads does not divide heads: ValueError", lambda call: call.raises == "ValueError"),
+    ),
+    knobs=(
+        Knob("qk_norm", (
+            ("after_rope", "QK-norm comes after RoPE: Qwen3 normalizes each head's queries and keys first (q_norm, "
+                           "k_norm over head_dim), then rotates them; the norm's weight is per feature, so the "
+                           "order matters"),
+            ("all_heads", "QK-norm normalizes the queries (and keys) of all heads together, over heads * head_dim: "
+                          "q_norm and k_norm are RMSNorm(head_dim), applied to each head's (..., head_dim) vectors "
+                          "after the split into heads"),
+            ("skipped", "with qk_norm=True the queries and keys are not normalized: apply self.q_norm and "
+                        "self.k_norm to each head's queries and keys, before RoPE"),
+        )),
+        Knob("pairing", (("interleaved", "RoPE rotates the pairs (2i, 2i + 1) (RoFormer's interleaved layout); "
+                                         "Llama and Qwen rotate the halves, pairs (i, i + head_dim/2): "
+                                         "x * cos + rotate_half(x) * sin, cos and sin of cat([angles, angles])"),)),
+        Knob("kv_order", (("tile", "query head h reads key/value head h % kv_heads, as .repeat(1, group, 1, 1) "
+                                   "pairs them; in Llama and Qwen the heads of a group are consecutive, head h reads "
+                                   "key/value head h // group: repeat_interleave(group, dim=1) (transformers' "
+                                   "repeat_kv)"),)),
+        Knob("positions", (("restart", "with a cache the new tokens are rotated from position 0 again: after "
+                                       "`past` cached tokens they sit at positions past ... past + new_len - 1"),)),
+        Knob("mask", (
+            ("top_left", "the causal mask is aligned top-left: new token j (at position past + j) may attend to keys "
+                         "0 ... past + j, torch.ones(new_len, past + new_len).tril(diagonal=past), bottom-right"),
+            ("none", "there is no causal mask: token j may attend to keys 0 ... past + j only, "
+                     "torch.ones(new_len, past + new_len).tril(diagonal=past)"),
+        )),
+        Knob("scale", (("d_model", "the scores are divided by sqrt(d_model); each head's dot products have head_dim "
+                                   "terms: divide by sqrt(head_dim)"),)),
+        Knob("theta", (("ignored", "it ignores rope_theta (it uses 10000 whatever is given): the frequencies are "
+                                   "rope_theta ** (-2i / head_dim), with self.rope_theta"),)),
+    ),
+    mistakes=(
+        Mistake("no_W_o", "the heads are merged but not projected: apply W_o (transformers' o_proj), "
+                "(batch, new_len, heads * head_dim) -> (batch, new_len, d_model)", _attention_variant(project=False)),
+    ),
+    errors=(
+        Raises("{what} raised {error}; it should raise ValueError, as the docstring says: kv_heads does not divide "
+               "heads there, so check heads % kv_heads in __init__", example=_Unchecked, match=".",
+               when=lambda call: bool(call.raises)),
+    ),
+    figures=("modern_decoder-Attention-figure",),
+)
+
+SPECS = (RMS_NORM, SWIGLU, ATTENTION)

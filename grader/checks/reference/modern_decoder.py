@@ -5,6 +5,8 @@ same part: ``RMSNorm`` is ``LlamaRMSNorm``'s, ``SwiGLU`` is ``LlamaMLP``'s (no b
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -35,3 +37,56 @@ class SwiGLU(nn.Module):
 
     def forward(self, x):
         return self.W_down(F.silu(self.W_gate(x)) * self.W_up(x))
+
+
+def rotate_half(x):
+    """(..., head_dim) -> (..., head_dim): (x1, x2) -> (-x2, x1), the halves x1 = x[..., :head_dim // 2] and
+    x2 = x[..., head_dim // 2:] (transformers' rotate_half: RoPE in the halves layout, pairs (i, i + head_dim/2))."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+class Attention(nn.Module):
+    """(batch, new_len, d_model), cache -> ((batch, new_len, d_model), (keys, values)): Llama's and Qwen3's
+    attention (LlamaAttention, Qwen3Attention): projections without bias, heads query heads over kv_heads
+    key/value heads (query head h reads key/value head h // (heads // kv_heads)), QK-norm (an RMSNorm over
+    head_dim on each head's queries and keys, before RoPE) when qk_norm, RoPE in the halves layout at the
+    true positions past ... past + new_len - 1, causal (the mask aligned bottom-right), scale 1/sqrt(head_dim).
+    The cache holds the rotated keys and the values, (batch, kv_heads, positions, head_dim) each."""
+
+    def __init__(self, d_model, heads, kv_heads, head_dim, rope_theta=10000.0, qk_norm=False, eps=1e-6):
+        super().__init__()
+        if heads % kv_heads:
+            raise ValueError(f"kv_heads ({kv_heads}) must divide heads ({heads})")
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.rope_theta, self.qk_norm = rope_theta, qk_norm
+        self.W_q = nn.Linear(d_model, heads * head_dim, bias=False)
+        self.W_k = nn.Linear(d_model, kv_heads * head_dim, bias=False)
+        self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)
+        self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)
+        if qk_norm:
+            self.q_norm = RMSNorm(head_dim, eps)
+            self.k_norm = RMSNorm(head_dim, eps)
+
+    def forward(self, x, cache=None):
+        batch, new, _ = x.shape
+        past = 0 if cache is None else cache[0].shape[2]
+        q = self.W_q(x).view(batch, new, self.heads, self.head_dim).transpose(1, 2)
+        k = self.W_k(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.W_v(x).view(batch, new, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        inv_freq = self.rope_theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        angles = torch.arange(past, past + new, dtype=torch.float32)[:, None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)                    # (new_len, head_dim), halves layout
+        q = q * angles.cos() + rotate_half(q) * angles.sin()
+        k = k * angles.cos() + rotate_half(k) * angles.sin()
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+        group = self.heads // self.kv_heads
+        keys, values = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = q @ keys.transpose(2, 3) / math.sqrt(self.head_dim)
+        allowed = torch.ones(new, past + new, dtype=torch.bool).tril(diagonal=past)
+        weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        out = (weights @ values).transpose(1, 2).reshape(batch, new, self.heads * self.head_dim)
+        return self.W_o(out), (k, v)
