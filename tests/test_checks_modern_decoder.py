@@ -19,7 +19,7 @@ from tests.conftest import solution_namespace
 
 @pytest.fixture(scope="module")
 def modern_decoder_notebook() -> dict:
-    """The reference solutions of notebook 15 (RMSNorm, SwiGLU, Attention)."""
+    """The reference solutions of notebook 15 (RMSNorm, SwiGLU, Attention, DecoderLayer)."""
     return solution_namespace("15_modern_decoder")
 
 
@@ -264,6 +264,72 @@ class RoFormerPairs(_Heads):
         return self.finish(q * cos + turn(q) * sin, k * cos + turn(k) * sin, v, cache)
 
 
+# ---------------------------------------------------------------- DecoderLayer
+
+from grader.checks.reference.modern_decoder import DecoderLayer as _Block  # noqa: E402
+
+
+class HuggingFaceLayer(_Block):
+    """Qwen3DecoderLayer's forward: residual = hidden_states, and so on."""
+
+    def forward(self, hidden_states, cache=None):
+        residual = hidden_states
+        hidden_states = self.input_norm(hidden_states)
+        hidden_states, cache = self.attention(hidden_states, cache)
+        hidden_states = residual + hidden_states
+        residual = hidden_states
+        hidden_states = self.post_attention_norm(hidden_states)
+        hidden_states = self.mlp(hidden_states)
+        return residual + hidden_states, cache
+
+
+class SublayerList(_Block):
+    """The two sublayers as (norm, function) pairs in a loop."""
+
+    def forward(self, x, cache=None):
+        state = {"cache": cache}
+
+        def attend(t):
+            out, state["cache"] = self.attention(t, state["cache"])
+            return out
+        for norm, sublayer in ((self.input_norm, attend), (self.post_attention_norm, self.mlp)):
+            x = x + sublayer(norm(x))
+        return x, state["cache"]
+
+
+class InPlaceAdds(_Block):
+    def forward(self, x, cache=None):
+        out, cache = self.attention(self.input_norm(x), cache)
+        out = out.add(x)
+        return out.add(self.mlp(self.post_attention_norm(out))), cache
+
+
+class PostNorm(_Block):
+    def forward(self, x, cache=None):
+        attended, cache = self.attention(x, cache)
+        h = self.input_norm(x + attended)
+        return self.post_attention_norm(h + self.mlp(h)), cache
+
+
+class NoMlpResidual(_Block):
+    def forward(self, x, cache=None):
+        attended, cache = self.attention(self.input_norm(x), cache)
+        return self.mlp(self.post_attention_norm(x + attended)), cache
+
+
+class ParallelBlock(_Block):
+    def forward(self, x, cache=None):
+        attended, cache = self.attention(self.input_norm(x), cache)
+        return x + attended + self.mlp(self.post_attention_norm(x)), cache
+
+
+class OneNorm(_Block):
+    def forward(self, x, cache=None):
+        attended, cache = self.attention(self.input_norm(x), cache)
+        h = x + attended
+        return h + self.mlp(self.input_norm(h)), cache
+
+
 MISTAKES = {
     "modern_decoder-RMSNorm": [
         (LayerNormNoBias, "it subtracts the mean, as LayerNorm does"),
@@ -286,12 +352,19 @@ MISTAKES = {
         (ScaledByDModel, "divided by sqrt(d_model)"),
         (RoFormerPairs, "RoPE rotates the pairs (2i, 2i + 1)"),
     ],
+    "modern_decoder-DecoderLayer": [
+        (PostNorm, "the norms come after each residual sum"),
+        (NoMlpResidual, "there is no residual around the MLP"),
+        (ParallelBlock, "the MLP reads the block's input x"),
+        (OneNorm, "input_norm comes before both sublayers"),
+    ],
 }
 
 VARIANTS = {
     "modern_decoder-RMSNorm": [HuggingFaceStyle, TorchFunctional, FromTheNorm],
     "modern_decoder-SwiGLU": [HandWrittenSiLU, Functional, Einsum],
     "modern_decoder-Attention": [HuggingFaceAttention, ComplexAttention, EinsumGroups],
+    "modern_decoder-DecoderLayer": [HuggingFaceLayer, SublayerList, InPlaceAdds],
 }
 
 globals().update(shared_tests("modern_decoder", MISTAKES, VARIANTS, solutions="modern_decoder_notebook", seeds=6))

@@ -261,6 +261,19 @@ def _attention_groups_not_consecutive(implementation) -> bool:
     return (out.abs().sum((0, 2)) > 0).tolist() != [True, True, False, False]
 
 
+def _layer_not_residual(implementation) -> bool:
+    """The block's residual stream: with W_o and W_down zero, both sublayers add 0 and the block returns x."""
+    torch.manual_seed(10)
+    module = implementation(12, 6, 2, 4, 20, qk_norm=True)
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(11)) + 1.0
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_()
+        module.attention.W_o.weight.zero_()
+        module.mlp.W_down.weight.zero_()
+        return not np.allclose(_np(module(x)[0]), _np(x), atol=1e-6)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -302,6 +315,7 @@ PROPERTIES = (
     Property("modern_decoder-SwiGLU", "W_up = 2 I doubles the output", _swiglu_differs),
     Property("modern_decoder-Attention", "tokens 4-6 after a cache of 4", _attention_cache_differs),
     Property("modern_decoder-Attention", "4 query heads over 2 key/value heads", _attention_groups_not_consecutive),
+    Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

@@ -24,7 +24,11 @@ _CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
            "W_v": "self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
            "W_o": "self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)",
            "q_norm": "self.q_norm = RMSNorm(head_dim, eps) when qk_norm (and no q_norm otherwise)",
-           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)"}
+           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)",
+           "input_norm": "self.input_norm = RMSNorm(d_model, eps)",
+           "post_attention_norm": "self.post_attention_norm = RMSNorm(d_model, eps)",
+           "attention": "self.attention = Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
+           "mlp": "self.mlp = SwiGLU(d_model, d_ff)"}
 
 
 def _load(module: Any, arrays: dict, owner: str) -> None:
@@ -74,19 +78,19 @@ def drive_swiglu(cls: Any) -> Any:
     return run
 
 
-def _step(answer: Any, size: int) -> tuple:
+def _step(answer: Any, size: int, name: str = "Attention") -> tuple:
     import torch
 
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         kind = "nothing (None): is a `return` missing?" if answer is None else f"a {type(answer).__name__}"
-        raise TypeError(f"Attention.forward should return (out, (keys, values)), but it returned {kind}")
+        raise TypeError(f"{name}.forward should return (out, (keys, values)), but it returned {kind}")
     out, cache = answer
     if not isinstance(out, torch.Tensor) or out.dim() != 3 or out.shape[1] != size:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"Attention.forward on {size} new token(s) returned an output of shape {shape}; expected "
+        raise ValueError(f"{name}.forward on {size} new token(s) returned an output of shape {shape}; expected "
                          f"(batch, {size}, d_model): one row per new token")
     if not isinstance(cache, (tuple, list)) or len(cache) != 2:
-        raise TypeError("Attention.forward should return (out, (keys, values)): the cache a pair (keys, values)")
+        raise TypeError(f"{name}.forward should return (out, (keys, values)): the cache a pair (keys, values)")
     return out, tuple(cache)
 
 
@@ -100,26 +104,55 @@ def drive_attention(cls: Any) -> Any:
     q_norm.weight and k_norm.weight only when qk_norm), x float32 (batch, seq_len, d_model) fed
     ``chunks[0]`` tokens with no cache, then each next chunk with the cache the previous call returned.
     """
-    import torch
-
     def run(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, W_q, W_k, W_v, W_o, q_norm, k_norm, x,
             chunks):
         sizes = tuple(int(n) for n in (d_model, heads, kv_heads, head_dim))
         options = {"qk_norm": bool(qk_norm)}
         options.update({name: float(value) for name, value in (("rope_theta", rope_theta), ("eps", eps))
                         if value is not None})
-        module = _build(cls, sizes, options)
         arrays = {"W_q.weight": W_q, "W_k.weight": W_k, "W_v.weight": W_v, "W_o.weight": W_o}
         if qk_norm:
             arrays.update({"q_norm.weight": q_norm, "k_norm.weight": k_norm})
-        _load(module, arrays, f"{getattr(cls, '__name__', 'Attention')}{sizes}")
-        x = torch.tensor(np.asarray(x), dtype=torch.float32)
-        outs, cache, start = [], None, 0
-        with torch.no_grad():
-            for size in np.asarray(chunks).tolist():
-                out, cache = _step(module(x[:, start:start + size]) if cache is None
-                                   else module(x[:, start:start + size], cache), size)
-                outs.append(out)
-                start += size
-        return torch.cat(outs, dim=1), torch.as_tensor(cache[0]), torch.as_tensor(cache[1])
+        return _chunked(cls, sizes, options, arrays, x, chunks, "Attention")
+    return run
+
+
+def _chunked(cls: Any, sizes: tuple, options: dict, arrays: dict, x: Any, chunks: Any, name: str) -> tuple:
+    """Build ``cls(*sizes, **options)``, load ``arrays`` by name, feed x chunk by chunk with the cache."""
+    import torch
+
+    module = _build(cls, sizes, options)
+    _load(module, arrays, f"{getattr(cls, '__name__', name)}{sizes}")
+    x = torch.tensor(np.asarray(x), dtype=torch.float32)
+    outs, cache, start = [], None, 0
+    with torch.no_grad():
+        for size in np.asarray(chunks).tolist():
+            out, cache = _step(module(x[:, start:start + size]) if cache is None
+                               else module(x[:, start:start + size], cache), size, name)
+            outs.append(out)
+            start += size
+    return torch.cat(outs, dim=1), torch.as_tensor(cache[0]), torch.as_tensor(cache[1])
+
+
+def drive_decoder_layer(cls: Any) -> Any:
+    """A DecoderLayer class -> fn(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps,
+    input_norm, W_q, W_k, W_v, W_o, q_norm, k_norm, post_attention_norm, W_gate, W_up, W_down, x, chunks)
+    returning what drive_attention's does: the module built as ``cls(d_model, heads, kv_heads, head_dim, d_ff,
+    rope_theta=..., qk_norm=..., eps=...)``, the weights loaded by name (input_norm.weight,
+    attention.W_q.weight, ..., attention.q_norm.weight and attention.k_norm.weight only when qk_norm,
+    post_attention_norm.weight, mlp.W_gate.weight, ...), x fed chunk by chunk with the cache the previous
+    call returned."""
+    def run(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps, input_norm, W_q, W_k, W_v, W_o,
+            q_norm, k_norm, post_attention_norm, W_gate, W_up, W_down, x, chunks):
+        sizes = tuple(int(n) for n in (d_model, heads, kv_heads, head_dim, d_ff))
+        options = {"qk_norm": bool(qk_norm)}
+        options.update({name: float(value) for name, value in (("rope_theta", rope_theta), ("eps", eps))
+                        if value is not None})
+        arrays = {"input_norm.weight": input_norm, "attention.W_q.weight": W_q, "attention.W_k.weight": W_k,
+                  "attention.W_v.weight": W_v, "attention.W_o.weight": W_o}
+        if qk_norm:
+            arrays.update({"attention.q_norm.weight": q_norm, "attention.k_norm.weight": k_norm})
+        arrays.update({"post_attention_norm.weight": post_attention_norm, "mlp.W_gate.weight": W_gate,
+                       "mlp.W_up.weight": W_up, "mlp.W_down.weight": W_down})
+        return _chunked(cls, sizes, options, arrays, x, chunks, "DecoderLayer")
     return run

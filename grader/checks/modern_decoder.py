@@ -506,4 +506,96 @@ ATTENTION = Spec(
     figures=("modern_decoder-Attention-figure",),
 )
 
-SPECS = (RMS_NORM, SWIGLU, ATTENTION)
+
+# ---------------------------------------------------------------- DecoderLayer (the block)
+
+def _layer_variant(place="pre", attention_residual=True, mlp_residual=True, mlp_input="h", norms="two",
+                   residual_from="x"):
+    """DecoderLayer with some choices changed: ``place`` of the norms ("pre"; "post": each sublayer's sum
+    normalized, as in the 2017 Transformer), the residuals around the attention and the MLP (False: none),
+    ``mlp_input`` ("h", the stream after attention; "x": the block's input, a parallel block), ``norms``
+    ("two"; "one": input_norm before both sublayers), ``residual_from`` ("x"; "normed": the residual
+    carries input_norm(x))."""
+
+    class DecoderLayer(ref.DecoderLayer):
+        def forward(self, x, cache=None):
+            second = self.input_norm if norms == "one" else self.post_attention_norm
+            normed = self.input_norm(x)
+            attended, cache = self.attention(x if place == "post" else normed, cache)
+            base = normed if residual_from == "normed" else x
+            h = base + attended if attention_residual else attended
+            if place == "post":
+                h = self.input_norm(h)
+            inner = x if mlp_input == "x" else h
+            fed = self.mlp(inner if place == "post" else second(inner))
+            out = h + fed if mlp_residual else fed
+            return (second(out) if place == "post" else out), cache
+    return DecoderLayer
+
+
+def _layer_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (batch, d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps, chunks)
+    later = tuple(rng.permutation([1, 2]).tolist())
+    # 1. Qwen3-like, with an eps of 0.5, as large as the mean squares the norms see (so that each norm's eps,
+    # the two RMSNorms' and QK-norm's, shows); 2. Llama-like, the default eps, rope_theta 100.
+    setups = [(2, 12, 6, 2, 4, 20, None, True, 0.5, (3,) + later),
+              (2, 10, 4, 2, 6, 14, 100.0, False, None, (2, 2) + later[:1])]
+    for batch, d_model, heads, kv_heads, head_dim, d_ff, theta, qk_norm, eps, chunks in setups:
+        def linear(rows, columns, scale=1.0):
+            return rng.normal(scale=scale / np.sqrt(columns), size=(rows, columns))
+        norms = (_weight(rng, head_dim), _weight(rng, head_dim)) if qk_norm else (None, None)
+        weights = ((_weight(rng, d_model), linear(heads * head_dim, d_model), linear(kv_heads * head_dim, d_model),
+                    linear(kv_heads * head_dim, d_model), linear(d_model, heads * head_dim)) + norms
+                   + (_weight(rng, d_model), linear(d_ff, d_model, 2.0), linear(d_ff, d_model),
+                      linear(d_model, d_ff)))
+        offset = rng.uniform(-1.0, 1.0, size=(1, 1, d_model))
+        x = offset + rng.normal(size=(batch, sum(chunks), d_model)) * rng.uniform(0.5, 2.0, size=(batch, sum(chunks), 1))
+        options = "".join(f", {name}={value:g}" for name, value in (("rope_theta", theta), ("eps", eps))
+                          if value is not None)
+        calls.append(Call((d_model, heads, kv_heads, head_dim, d_ff, theta, qk_norm, eps) + weights
+                          + (x, np.array(chunks, dtype=np.int64)),
+                          what=f"DecoderLayer(d_model={d_model}, heads={heads}, kv_heads={kv_heads}, "
+                               f"head_dim={head_dim}, d_ff={d_ff}{options}, qk_norm={qk_norm}) on x of shape "
+                               f"{x.shape} fed {' + '.join(map(str, chunks))} tokens"))
+    return calls
+
+
+DECODER_LAYER = Spec(
+    id="modern_decoder-DecoderLayer",
+    submodules=("input_norm", "attention", "post_attention_norm", "mlp"),
+    function="DecoderLayer",
+    depends=("modern_decoder-RMSNorm", "modern_decoder-SwiGLU", "modern_decoder-Attention"),  # built of them
+    inputs=_layer_calls,
+    reference=ref.DecoderLayer,
+    driver="modern_decoder.drive_decoder_layer",
+    parts=("output", "cached keys", "cached values"),
+    variant=_layer_variant,
+    rules=(
+        Rule("QK-norm (Qwen 3)", lambda call: call.args[6]),
+        Rule("no QK-norm (Llama)", lambda call: not call.args[6]),
+        Rule("several new tokens after a cache", lambda call: any(n > 1 for n in _chunks(call)[1:])),
+        Rule("an eps given, as large as the mean squares (every norm is built with it)",
+             lambda call: call.args[7] is not None and call.args[7] >= 0.1),
+        Rule("norm weights of both signs, none near 1 (each norm's own weight shows)",
+             lambda call: bool(np.min(np.abs(call.args[8] - 1)) > 0.1 and np.min(np.abs(call.args[15] - 1)) > 0.1)),
+    ),
+    knobs=(
+        Knob("place", (("post", "the norms come after each residual sum (post-norm, as in the 2017 Transformer): "
+                                "Llama and Qwen normalize each sublayer's input, h = x + attention(input_norm(x)), "
+                                "out = h + mlp(post_attention_norm(h))"),)),
+        Knob("attention_residual", ((False, "there is no residual around the attention: h = x + "
+                                            "attention(input_norm(x))"),)),
+        Knob("mlp_residual", ((False, "there is no residual around the MLP: out = h + mlp(post_attention_norm(h))"),)),
+        Knob("mlp_input", (("x", "the MLP reads the block's input x (a parallel block, GPT-J's): in Llama and Qwen "
+                                 "it reads h = x + attention(input_norm(x)), out = h + mlp(post_attention_norm(h))"),)),
+        Knob("norms", (("one", "input_norm comes before both sublayers: the MLP's input is normalized by "
+                               "post_attention_norm, a norm with its own weight (post_attention_layernorm)"),)),
+        Knob("residual_from", (("normed", "the residual carries the normalized x: the stream is the raw x, "
+                                          "h = x + attention(input_norm(x)); only the sublayer's input is "
+                                          "normalized"),)),
+    ),
+    figures=("modern_decoder-DecoderLayer-figure",),
+)
+
+SPECS = (RMS_NORM, SWIGLU, ATTENTION, DECODER_LAYER)

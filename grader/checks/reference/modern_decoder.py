@@ -90,3 +90,21 @@ class Attention(nn.Module):
         weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         out = (weights @ values).transpose(1, 2).reshape(batch, new, self.heads * self.head_dim)
         return self.W_o(out), (k, v)
+
+
+class DecoderLayer(nn.Module):
+    """(batch, new_len, d_model), cache -> ((batch, new_len, d_model), (keys, values)): the block of Llama and
+    Qwen 3 (LlamaDecoderLayer, Qwen3DecoderLayer), pre-norm with two residuals:
+    h = x + attention(input_norm(x), cache); out = h + mlp(post_attention_norm(h))."""
+
+    def __init__(self, d_model, heads, kv_heads, head_dim, d_ff, rope_theta=10000.0, qk_norm=False, eps=1e-6):
+        super().__init__()
+        self.input_norm = RMSNorm(d_model, eps)
+        self.attention = Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)
+        self.post_attention_norm = RMSNorm(d_model, eps)
+        self.mlp = SwiGLU(d_model, d_ff)
+
+    def forward(self, x, cache=None):
+        attended, cache = self.attention(self.input_norm(x), cache)
+        h = x + attended
+        return h + self.mlp(self.post_attention_norm(h)), cache
