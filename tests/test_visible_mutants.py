@@ -196,6 +196,84 @@ def _window_outputs_differ(implementation) -> bool:
         return not np.allclose(_np(got), _np(torch.softmax(scores, dim=-1) @ v), atol=1e-6)
 
 
+def _rms_not_one(implementation) -> bool:
+    """RMSNorm with weight 1: a token of RMS well above sqrt(eps) comes out with RMS 1."""
+    x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(4)) * 3 + 1
+    with torch.no_grad():
+        out = implementation(8)(x)
+    return tuple(out.shape) != (3, 5, 8) or not np.allclose(_np(out.pow(2).mean(-1)), 1.0, atol=1e-4)
+
+
+def _swiglu_differs(implementation) -> bool:
+    """SwiGLU: W_down(silu(W_gate(x)) * W_up(x)) with random weights loaded by name."""
+    from grader.checks.reference.modern_decoder import SwiGLU
+
+    torch.manual_seed(5)
+    reference = SwiGLU(6, 10)
+    module = implementation(6, 10)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return True
+    x = torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        got = module(x)
+        return not isinstance(got, torch.Tensor) or got.shape != x.shape or not torch.allclose(got, reference(x),
+                                                                                                atol=1e-5)
+
+
+def _attention_cache_differs(implementation) -> bool:
+    """Llama/Qwen3 attention with a KV cache: a sequence fed 3 + 1 + 3 tokens (a cache between the calls)
+    gives other outputs than the same module's one call on the whole sequence (weights drawn by the reference)."""
+    from grader.checks.reference.modern_decoder import Attention
+
+    torch.manual_seed(7)
+    reference = Attention(12, 6, 2, 4, qk_norm=True)
+    for p in reference.parameters():
+        torch.nn.init.normal_(p)
+    module = implementation(12, 6, 2, 4, qk_norm=True)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return True
+    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        want = module(x)[0]
+        outs, cache, start = [], None, 0
+        for size in (3, 1, 3):
+            out, cache = module(x[:, start:start + size], cache)
+            outs.append(out)
+            start += size
+    return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
+
+
+def _attention_groups_not_consecutive(implementation) -> bool:
+    """Grouped-query heads: with the values of key/value head 1 zero and W_o the identity, query heads 2
+    and 3 of 4 (over 2 key/value heads) should come out zero, heads 0 and 1 not."""
+    torch.manual_seed(9)
+    module = implementation(8, 4, 2, 2)
+    with torch.no_grad():
+        module.W_q.weight.normal_()
+        module.W_k.weight.normal_()
+        module.W_v.weight.copy_(torch.cat([torch.rand(2, 8) + 0.5, torch.zeros(2, 8)]))
+        module.W_o.weight.copy_(torch.eye(8))
+        out = module(torch.rand(1, 3, 8) + 0.5)[0][0].reshape(3, 4, 2)
+    return (out.abs().sum((0, 2)) > 0).tolist() != [True, True, False, False]
+
+
+def _layer_not_residual(implementation) -> bool:
+    """The block's residual stream: with W_o and W_down zero, both sublayers add 0 and the block returns x."""
+    torch.manual_seed(10)
+    module = implementation(12, 6, 2, 4, 20, qk_norm=True)
+    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(11)) + 1.0
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_()
+        module.attention.W_o.weight.zero_()
+        module.mlp.W_down.weight.zero_()
+        return not np.allclose(_np(module(x)[0]), _np(x), atol=1e-6)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -233,6 +311,11 @@ PROPERTIES = (
              _gradients_differ),
     Property("efficient_attention-rolling_cache_attention", "every step's output vs attention with the",
              _window_outputs_differ),
+    Property("modern_decoder-RMSNorm", "with weight 1 every token comes out with RMS 1", _rms_not_one),
+    Property("modern_decoder-SwiGLU", "W_up = 2 I doubles the output", _swiglu_differs),
+    Property("modern_decoder-Attention", "tokens 4-6 after a cache of 4", _attention_cache_differs),
+    Property("modern_decoder-Attention", "4 query heads over 2 key/value heads", _attention_groups_not_consecutive),
+    Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

@@ -1,0 +1,158 @@
+"""Drivers of notebook 15 (modern_decoder): build the learner's module, load the grader's weights
+by name, call it, hand back the output.
+
+They hold no reference and no secret, and judge nothing: their errors name kinds, names and
+shapes, never values. The names are the notebook's (``weight`` of RMSNorm; ``W_gate``, ``W_up``,
+``W_down`` of SwiGLU), which the notebook maps to transformers' (``weight``; ``gate_proj``,
+``up_proj``, ``down_proj``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .encoder import _build, load_by_name
+
+# what to write in __init__ for each parameter's owner (the message of a missing or misshaped name)
+_CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
+           "W_gate": "self.W_gate = nn.Linear(d_model, d_ff, bias=False)",
+           "W_up": "self.W_up = nn.Linear(d_model, d_ff, bias=False)",
+           "W_down": "self.W_down = nn.Linear(d_ff, d_model, bias=False)",
+           "W_q": "self.W_q = nn.Linear(d_model, heads * head_dim, bias=False)",
+           "W_k": "self.W_k = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
+           "W_v": "self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
+           "W_o": "self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)",
+           "q_norm": "self.q_norm = RMSNorm(head_dim, eps) when qk_norm (and no q_norm otherwise)",
+           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)",
+           "input_norm": "self.input_norm = RMSNorm(d_model, eps)",
+           "post_attention_norm": "self.post_attention_norm = RMSNorm(d_model, eps)",
+           "attention": "self.attention = Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
+           "mlp": "self.mlp = SwiGLU(d_model, d_ff)"}
+
+
+def _load(module: Any, arrays: dict, owner: str) -> None:
+    import torch
+
+    if isinstance(module, torch.nn.Module):
+        state = module.state_dict()
+        for key in arrays:
+            if key not in state:
+                raise AttributeError(f"{owner} has no parameter {key}: create it in __init__ as "
+                                     f"{_CREATE[key.split('.')[0]]}")
+            if tuple(state[key].shape) != tuple(np.shape(arrays[key])):
+                raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(arrays[key]))}, but it has "
+                                 f"{tuple(state[key].shape)}: {_CREATE[key.split('.')[0]]}")
+    load_by_name(module, arrays, owner)
+
+
+def _call(module: Any, x: Any) -> Any:
+    import torch
+
+    with torch.no_grad():
+        return module(torch.tensor(x, dtype=torch.float32))
+
+
+def drive_rms_norm(cls: Any) -> Any:
+    """An RMSNorm class -> fn(d_model, eps, weight, x) returning ``module(x)``: the module built as
+    ``cls(d_model)`` (eps None: its default) or ``cls(d_model, eps=eps)``, ``weight`` loaded by name,
+    x float32 of shape (..., d_model)."""
+    def run(d_model, eps, weight, x):
+        d_model = int(d_model)
+        module = _build(cls, (d_model,), {} if eps is None else {"eps": float(eps)})
+        _load(module, {"weight": weight}, f"{getattr(cls, '__name__', 'RMSNorm')}({d_model})")
+        return _call(module, x)
+    return run
+
+
+def drive_swiglu(cls: Any) -> Any:
+    """A SwiGLU class -> fn(d_model, d_ff, W_gate, W_up, W_down, x) returning ``module(x)``: the module
+    built as ``cls(d_model, d_ff)``, the three weights loaded as W_gate.weight, W_up.weight and
+    W_down.weight (nn.Linear's layout, no biases), x float32 of shape (..., d_model)."""
+    def run(d_model, d_ff, W_gate, W_up, W_down, x):
+        d_model, d_ff = int(d_model), int(d_ff)
+        module = _build(cls, (d_model, d_ff), {})
+        _load(module, {"W_gate.weight": W_gate, "W_up.weight": W_up, "W_down.weight": W_down},
+              f"{getattr(cls, '__name__', 'SwiGLU')}({d_model}, {d_ff})")
+        return _call(module, x)
+    return run
+
+
+def _step(answer: Any, size: int, name: str = "Attention") -> tuple:
+    import torch
+
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        kind = "nothing (None): is a `return` missing?" if answer is None else f"a {type(answer).__name__}"
+        raise TypeError(f"{name}.forward should return (out, (keys, values)), but it returned {kind}")
+    out, cache = answer
+    if not isinstance(out, torch.Tensor) or out.dim() != 3 or out.shape[1] != size:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"{name}.forward on {size} new token(s) returned an output of shape {shape}; expected "
+                         f"(batch, {size}, d_model): one row per new token")
+    if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+        raise TypeError(f"{name}.forward should return (out, (keys, values)): the cache a pair (keys, values)")
+    return out, tuple(cache)
+
+
+def drive_attention(cls: Any) -> Any:
+    """An Attention class -> fn(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, W_q, W_k, W_v,
+    W_o, q_norm, k_norm, x, chunks) returning (the outputs of every call concatenated, (batch, seq_len,
+    d_model); the keys and the values of the cache the last call returned).
+
+    The module is built as ``cls(d_model, heads, kv_heads, head_dim, rope_theta=..., qk_norm=..., eps=...)``
+    (rope_theta or eps None: not passed, its default), the weights loaded by name (nn.Linear's layout;
+    q_norm.weight and k_norm.weight only when qk_norm), x float32 (batch, seq_len, d_model) fed
+    ``chunks[0]`` tokens with no cache, then each next chunk with the cache the previous call returned.
+    """
+    def run(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps, W_q, W_k, W_v, W_o, q_norm, k_norm, x,
+            chunks):
+        sizes = tuple(int(n) for n in (d_model, heads, kv_heads, head_dim))
+        options = {"qk_norm": bool(qk_norm)}
+        options.update({name: float(value) for name, value in (("rope_theta", rope_theta), ("eps", eps))
+                        if value is not None})
+        arrays = {"W_q.weight": W_q, "W_k.weight": W_k, "W_v.weight": W_v, "W_o.weight": W_o}
+        if qk_norm:
+            arrays.update({"q_norm.weight": q_norm, "k_norm.weight": k_norm})
+        return _chunked(cls, sizes, options, arrays, x, chunks, "Attention")
+    return run
+
+
+def _chunked(cls: Any, sizes: tuple, options: dict, arrays: dict, x: Any, chunks: Any, name: str) -> tuple:
+    """Build ``cls(*sizes, **options)``, load ``arrays`` by name, feed x chunk by chunk with the cache."""
+    import torch
+
+    module = _build(cls, sizes, options)
+    _load(module, arrays, f"{getattr(cls, '__name__', name)}{sizes}")
+    x = torch.tensor(np.asarray(x), dtype=torch.float32)
+    outs, cache, start = [], None, 0
+    with torch.no_grad():
+        for size in np.asarray(chunks).tolist():
+            out, cache = _step(module(x[:, start:start + size]) if cache is None
+                               else module(x[:, start:start + size], cache), size, name)
+            outs.append(out)
+            start += size
+    return torch.cat(outs, dim=1), torch.as_tensor(cache[0]), torch.as_tensor(cache[1])
+
+
+def drive_decoder_layer(cls: Any) -> Any:
+    """A DecoderLayer class -> fn(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps,
+    input_norm, W_q, W_k, W_v, W_o, q_norm, k_norm, post_attention_norm, W_gate, W_up, W_down, x, chunks)
+    returning what drive_attention's does: the module built as ``cls(d_model, heads, kv_heads, head_dim, d_ff,
+    rope_theta=..., qk_norm=..., eps=...)``, the weights loaded by name (input_norm.weight,
+    attention.W_q.weight, ..., attention.q_norm.weight and attention.k_norm.weight only when qk_norm,
+    post_attention_norm.weight, mlp.W_gate.weight, ...), x fed chunk by chunk with the cache the previous
+    call returned."""
+    def run(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps, input_norm, W_q, W_k, W_v, W_o,
+            q_norm, k_norm, post_attention_norm, W_gate, W_up, W_down, x, chunks):
+        sizes = tuple(int(n) for n in (d_model, heads, kv_heads, head_dim, d_ff))
+        options = {"qk_norm": bool(qk_norm)}
+        options.update({name: float(value) for name, value in (("rope_theta", rope_theta), ("eps", eps))
+                        if value is not None})
+        arrays = {"input_norm.weight": input_norm, "attention.W_q.weight": W_q, "attention.W_k.weight": W_k,
+                  "attention.W_v.weight": W_v, "attention.W_o.weight": W_o}
+        if qk_norm:
+            arrays.update({"attention.q_norm.weight": q_norm, "attention.k_norm.weight": k_norm})
+        arrays.update({"post_attention_norm.weight": post_attention_norm, "mlp.W_gate.weight": W_gate,
+                       "mlp.W_up.weight": W_up, "mlp.W_down.weight": W_down})
+        return _chunked(cls, sizes, options, arrays, x, chunks, "DecoderLayer")
+    return run
