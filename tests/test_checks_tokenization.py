@@ -668,6 +668,99 @@ def _user_replace_unk(text, tokens, merges, allowed_special=()):
     return _user_split(text, tokens, merges, allowed_special)
 
 
+# ---------------------------------------------------------------- train_byte_bpe
+
+def _byte_words(text):
+    words = Counter()
+    for word in ref.pretokenize(text):
+        if word not in SPECIALS:
+            data = word.encode("utf-8")
+            words[tuple(data[i:i + 1] for i in range(len(data)))] += 1   # slices of bytes are bytes
+    return words
+
+
+def _byte_ids(text, num_merges):
+    """minbpe's way: words as lists of ids 0-255, merges as ids, a vocab {id: bytes}, then as the
+    docstring asks (tokens by id, merges as bytes)."""
+    words = {tuple(word.encode("utf-8")): n for word, n in Counter(
+        w for w in ref.pretokenize(text) if w not in SPECIALS).items()}
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = []
+    for k in range(num_merges):
+        stats = Counter()
+        for ids, n in words.items():
+            for pair in zip(ids, ids[1:]):
+                stats[pair] += n
+        if not stats:
+            break
+        pair = min(stats, key=lambda p: (-stats[p], vocab[p[0]], vocab[p[1]]))
+        new = 256 + k
+        vocab[new] = vocab[pair[0]] + vocab[pair[1]]
+        merged = Counter()
+        for ids, n in words.items():
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+                    out.append(new)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+        merges.append((vocab[pair[0]], vocab[pair[1]]))
+    return [vocab[i] for i in range(len(vocab))], merges
+
+
+def _byte_sorted(text, num_merges):
+    """The most frequent pair by sorting, bytearray tokens, merges as lists."""
+    words = _byte_words(text)
+    tokens, merges = [bytearray([i]) for i in range(256)], []
+    while len(merges) < num_merges:
+        pairs = ref.count_pairs(words)
+        if not pairs:
+            break
+        best = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[0][0]
+        words = ref.merge_pair(words, best)
+        merges.append(list(best))
+        tokens.append(bytearray(best[0] + best[1]))
+    return tokens, merges
+
+
+def _byte_with(change):
+    def train_byte_bpe(text, num_merges):
+        return change(*ref.train_byte_bpe(text, num_merges))
+    return train_byte_bpe
+
+
+def _byte_decode_bytearray(ids, tokens):
+    """A bytearray grown id by id, decoded once at the end."""
+    data = bytearray()
+    for i in ids:
+        if i < 0 or i >= len(tokens):
+            raise ValueError("id outside the vocabulary")
+        data += tokens[i]
+    return data.decode("utf-8", "replace")
+
+
+def _byte_decode_incremental(ids, tokens):
+    """Python's incremental decoder, fed token by token as a stream, flushed at the end."""
+    import codecs
+    if any(not 0 <= i < len(tokens) for i in ids):
+        raise ValueError("id outside the vocabulary")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return "".join(decoder.decode(tokens[i]) for i in ids) + decoder.decode(b"", final=True)
+
+
+def _byte_decode_by(join_and_decode):
+    def byte_decode(ids, tokens):
+        for i in ids:
+            if not 0 <= i < len(tokens):
+                raise ValueError("id outside the vocabulary")
+        return join_and_decode(ids, tokens)
+    return byte_decode
+
+
 MISTAKES = {
     "tokenization-count_pairs": [
         (_pairs_by(lambda w: zip(w, w[2:])), "stand side by side in no word"),
@@ -788,6 +881,38 @@ MISTAKES = {
          "returns nothing (None)"),
         (stub, "not answered yet"),
     ],
+    "tokenization-train_byte_bpe": [
+        (_byte_with(lambda tokens, merges: (tokens[:256] + tokens[256:][::-1], merges[::-1])), "the first merge"),
+        (_byte_with(lambda tokens, merges: (tokens[:256] + tokens[256:][::-1], merges)),
+         "is not left + right of merge"),
+        (_byte_with(lambda tokens, merges: (tokens[1:256] + [bytes([0])] + tokens[256:], merges)),
+         "are not the 256 byte values in order"),
+        (_byte_with(lambda tokens, merges: (tokens[:-1], merges[:-1]) if merges else (tokens, merges)),
+         "but it stops there"),
+        (_byte_with(lambda tokens, merges: (tokens[:256] + [(a, b) for a, b in merges], merges)),
+         "never the pair (left, right)"),
+        (_byte_with(lambda tokens, merges: ([t.decode("latin-1") for t in tokens], merges)), "a token is a str"),
+        (lambda text, n: _byte_with(lambda tokens, merges: (list(range(len(tokens))), merges))(text, n),
+         "a token is an int"),
+        (_byte_with(lambda tokens, merges: tokens), "should return two things"),
+        (lambda text, n: print(ref.train_byte_bpe(text, n)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
+    "tokenization-byte_decode": [
+        (lambda ids, tokens: _byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode(
+            "utf-8", "replace"))([i % len(tokens) for i in ids], tokens), "it should raise ValueError"),  # tokens[-1]
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", "replace").replace(
+            "\ufffd", "?")), "are dropped or kept as other characters"),
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", "replace")[::-1]),
+         "differs from the rule's at character"),
+        (_byte_decode_by(lambda ids, tokens: "".join(tokens[i].decode("utf-8", "replace") for i in ids[:-1])),
+         "too many: bytes of one character"),
+        (_byte_decode_by(lambda ids, tokens: b"".join(tokens[i] for i in ids)), "returns bytes"),
+        (_byte_decode_by(lambda ids, tokens: [tokens[i].decode("utf-8", "replace") for i in ids]),
+         "should return one str"),
+        (lambda ids, tokens: print(b"".join(tokens[i] for i in ids)), "returns nothing (None)"),
+        (stub, "not answered yet"),
+    ],
 }
 
 
@@ -809,6 +934,10 @@ VARIANTS = {
     "tokenization-gpt2_pretokenize": [_gpt2_by_hand, _gpt2_split_filter],
     # re.split on the allowed strings, and a scan position by position
     "tokenization-encode_user_text": [_user_split, _user_scan],
+    # minbpe's ids and vocab dict, and the top pair by sorting with bytearray tokens and list merges
+    "tokenization-train_byte_bpe": [_byte_ids, _byte_sorted],
+    # a bytearray grown id by id, and Python's incremental UTF-8 decoder fed token by token
+    "tokenization-byte_decode": [_byte_decode_bytearray, _byte_decode_incremental],
 }
 
 

@@ -190,3 +190,60 @@ def drive_encode_user_text(fn: Any) -> Any:
         ids = fn(text, list(tokens), list(zip(lefts, rights)), allowed_special=allowed)
         return None if ids is None else _id_array(ids, "encode_user_text")
     return run
+
+
+def _byte_token(value: Any, owner: str) -> str:
+    """One byte-level token (bytes), as hex for the wire; the likely other kinds named."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, bool) or isinstance(value, numbers.Integral):
+        raise TypeError(f"{owner}: a token is an int, not bytes: iterating over a bytes object gives ints "
+                        "(tuple(word.encode('utf-8')) is a tuple of ints, and left + right adds them as numbers); "
+                        "write each byte b as bytes([b])")
+    if isinstance(value, str):
+        raise TypeError(f"{owner}: a token is a str, not bytes: the symbols are the UTF-8 bytes of the words, "
+                        "word.encode('utf-8'), each byte b as bytes([b]), never its characters")
+    if isinstance(value, (tuple, list)):
+        raise TypeError(f"{owner}: a token is {_kind(value)}, not bytes: a new token is left + right, the two "
+                        "bytes objects joined into one, never the pair (left, right)")
+    raise TypeError(f"{owner}: a token is {_kind(value)}, not bytes")
+
+
+def drive_train_byte_bpe(fn: Any) -> Any:
+    """train_byte_bpe(text, num_merges) -> the same, returning (tokens, lefts, rights), each a
+    list of bytes written as hex strings (the wire carries text)."""
+    def run(text, num_merges):
+        result = fn(text, int(num_merges))
+        if result is None:
+            return None
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise TypeError(f"train_byte_bpe should return two things, (tokens, merges), but it returns "
+                            f"{_kind(result)}")
+        tokens, merges = result
+        if not isinstance(tokens, (list, tuple)) or not isinstance(merges, (list, tuple)):
+            raise TypeError(f"train_byte_bpe should return (tokens, merges), two lists, but it returns "
+                            f"({_kind(tokens)}, {_kind(merges)})")
+        for merge in merges:
+            if not isinstance(merge, (tuple, list)) or len(merge) != 2:
+                raise TypeError(f"train_byte_bpe's merges: each should be a (left, right) tuple of bytes, but one is "
+                                f"{_kind(merge)}")
+        return ([_byte_token(t, "train_byte_bpe's tokens") for t in tokens],
+                [_byte_token(m[0], "train_byte_bpe's merges") for m in merges],
+                [_byte_token(m[1], "train_byte_bpe's merges") for m in merges])
+    return run
+
+
+def drive_byte_decode(fn: Any) -> Any:
+    """byte_decode(ids, tokens) -> fn(ids, tokens as hex strings) calling the learner's with a
+    list of Python ints and a list of bytes; the answer must be a str."""
+    def run(ids, tokens):
+        text = fn([int(i) for i in np.asarray(ids).tolist()], [bytes.fromhex(t) for t in tokens])
+        if text is None:
+            return None
+        if isinstance(text, (bytes, bytearray)):
+            raise TypeError("byte_decode should return a str, but it returns bytes: decode the joined bytes once, "
+                            "b''.join(...).decode('utf-8', errors='replace')")
+        if not isinstance(text, str):
+            raise TypeError(f"byte_decode should return one str, but it returns {_kind(text)}")
+        return text
+    return run

@@ -416,22 +416,30 @@ def _train_variant(tie: str = "smallest", recount: bool = True, words: str = "pr
     merge_pair = _merging(lambda word, a, b: _replaced(word, a, b, "|")) if merge == "joined" else ref.merge_pair
 
     def train_bpe(text, num_merges):
-        counts = {}
-        for word in _learner_words(text, words, specials):
-            counts[tuple(word)] = (counts.get(tuple(word), 0) + 1) if weights else 1
-        merges, pairs = [], ref.count_pairs(counts)
-        for _ in range(num_merges):
-            if recount:
-                pairs = ref.count_pairs(counts)
-            if not pairs and stop:
-                break
-            best = TIES[tie](pairs)
-            if not recount:
-                del pairs[best]
-            counts = merge_pair(counts, best)
-            merges.append(best)
-        return merges
+        words_of = _learner_words(text, words, specials)
+        return _learner_merges(words_of, tuple, num_merges, tie, recount, weights, stop, merge_pair)[1]
     return train_bpe
+
+
+def _learner_merges(words_of: list[str], symbols: Callable[[str], tuple], num_merges: int, tie: str, recount: bool,
+                    weights: bool, stop: bool, merge_pair: Callable = ref.merge_pair) -> tuple[dict, list]:
+    """The training loop of a learner's train_bpe and train_byte_bpe, one choice per argument:
+    the words (each made a tuple of symbols by ``symbols``) after the merges, and the merges."""
+    counts: dict = {}
+    for word in words_of:
+        counts[symbols(word)] = (counts.get(symbols(word), 0) + 1) if weights else 1
+    merges, pairs = [], ref.count_pairs(counts)
+    for _ in range(num_merges):
+        if recount:
+            pairs = ref.count_pairs(counts)
+        if not pairs and stop:
+            break
+        best = TIES[tie](pairs)
+        if not recount:
+            del pairs[best]
+        counts = merge_pair(counts, best)
+        merges.append(best)
+    return counts, merges
 
 
 TRAIN_KNOBS = (
@@ -1581,5 +1589,316 @@ ENCODE_USER_TEXT = Spec(
     figures=("tokenization-encode_user_text-figure",),
 )
 
+# ---------------------------------------------------------------- train_byte_bpe
+
+
+def _byte_variant(encoding: str = "utf-8", symbols: str = "bytes", base: str = "all", words: str = "pretokenize",
+                  specials: str = "skip", tie: str = "smallest", recount: bool = True, weights: bool = True,
+                  stop: bool = True, vocabulary: str = "merges"):
+    """train_byte_bpe as a learner writes it, one choice per argument (the defaults are right):
+    ``encoding`` of the words; ``symbols`` "characters" starts from each character's bytes as
+    one symbol, "codepoints" from bytes([ord(ch)]); ``base`` "seen" puts only the bytes of the
+    text first; ``words`` "whole" trains on the whole text as one sequence of bytes;
+    ``vocabulary`` "bytes" returns the 256 byte values alone."""
+    def as_symbols(word: str) -> tuple[bytes, ...]:
+        if symbols == "characters":
+            return tuple(ch.encode(encoding) for ch in word)
+        if symbols == "codepoints":
+            return tuple(bytes([ord(ch)]) for ch in word)
+        return tuple(bytes([b]) for b in word.encode(encoding))
+
+    def train_byte_bpe(text, num_merges):
+        counts, merges = _learner_merges(_learner_words(text, words, specials), as_symbols, num_merges, tie, recount,
+                                         weights, stop)
+        seen = sorted({b for word in counts for symbol in word for b in symbol} | {b for m in merges for b in m[0] + m[1]})
+        tokens = [bytes([i]) for i in (seen if base == "seen" else range(256))]
+        return tokens + ([] if vocabulary == "bytes" else [left + right for left, right in merges]), merges
+    return train_byte_bpe
+
+
+def _byte_inputs(rng: np.random.Generator) -> list[Call]:
+    """Lines of Korean and English with emoji, each ending in <eos>; a text of two words that runs
+    out of pairs; a text and no merge at all."""
+    emoji = ["🙂", "🍣", "🐱", "👍"]
+    for _ in range(50):
+        lines = _sentences(rng, 4, 3)
+        marks = [emoji[int(i)] for i in rng.integers(len(emoji), size=len(lines))]
+        text = "".join(f"{line} {mark}{mark}<eos>\n" for line, mark in zip(lines, marks))
+        tiny = " ".join(_sentences(rng, 1, 0)[0].split()[:2])
+        calls = [Call((text, 14), what=f"train_byte_bpe(text, 14) on {len(lines)} lines of Korean, English and emoji, "
+                                       "each ending in <eos>"),
+                 Call((tiny, 40), what="train_byte_bpe(text, 40) on a text of two Korean words, fewer pairs than merges"),
+                 Call((_chained(rng) + "\n🙂 " + lines[0], 0), what="train_byte_bpe(text, 0): no merge")]
+        if _bytes_told_apart(calls):
+            return calls
+    raise RuntimeError("no hidden text tells the ways of training apart")  # (never seen: a course bug)
+
+
+def _bytes_told_apart(calls: list[Call]) -> bool:
+    """Every catalogued mistake that returns an answer gives one of its own on these calls."""
+    told = [tuple(repr(fn(*c.args)) for c in calls) for fn in [ref.train_byte_bpe, *(m.implementation for m in _BYTE_TOLD)]]
+    return len(set(told)) == len(told)
+
+
+def _hex(prepared: tuple) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    tokens, lefts, rights = prepared
+    return [bytes.fromhex(t) for t in tokens], [(bytes.fromhex(a), bytes.fromhex(b)) for a, b in zip(lefts, rights)]
+
+
+def _byte_inside_words(left: bytes, right: bytes) -> bool:
+    """(left, right) can stand side by side inside a word: whitespace only as its first byte, a space."""
+    joined = left + right
+    return not (any(b in b" \t\n\r" for b in joined[1:]) or joined[:1] in (b"\t", b"\n", b"\r"))
+
+
+def _describe_byte_training(case: Case) -> None:
+    """What a wrong byte-level training did: the 256 bytes not first, a token that is not its
+    merge's two halves joined, or the first merge that leaves the rule, and why."""
+    text, _ = case.call.args
+    (tokens, got), (_, want) = (_hex(case.spec.prepare(a, case.call, case.what)) for a in (case.answer, case.expected))
+    if tokens[:256] != [bytes([i]) for i in range(256)]:
+        case.fail("tokens[0 .. 255] are not the 256 byte values in order, tokens[i] == bytes([i]), every one whether "
+                  "the text holds it or not: with only the bytes seen (or in another order) every id shifts")
+    if len(tokens) != 256 + len(got):
+        case.fail(f"{_plural(len(tokens) - 256, 'token')} after the 256 bytes, for {_plural(len(got), 'merge')}: each "
+                  "merge adds one token, tokens[256 + k] == left + right of merge k")
+    k = next((k for k, (token, (a, b)) in enumerate(zip(tokens[256:], got)) if token != a + b), None)
+    if k is not None:
+        case.fail(f"tokens[{256 + k}] is not left + right of merge {k + 1}: each merge's new token is its two halves "
+                  "joined, in the order learned")
+    words = ref.byte_word_counts(text)
+    for k, (mine, right) in enumerate(zip(got, want)):
+        if mine != right:
+            n, pairs = k + 1, ref.count_pairs(words)
+            first = "the first merge" if k == 0 else f"the first {k} merges are right; merge {n}"
+            if b"\x00" in mine[0] + mine[1] and b"\x00" not in text.encode("utf-8"):
+                case.fail(f"{first} holds a zero byte the text's UTF-8 has not: the words are written in UTF-16 (two "
+                          "or four bytes a character, a byte-order mark); write them as word.encode('utf-8')")
+            if mine not in pairs:
+                if not _byte_inside_words(*mine):
+                    case.fail(f"{first} joins two words (a space or line break inside the pair): write each word of "
+                              "pretokenize(text) as its bytes and merge inside each word, never the whole text's bytes")
+                if any(mine[0] + mine[1] in special.encode() for special in SPECIALS):
+                    case.fail(f"{first} joins bytes of a special token: <eos> and the others are left out of the "
+                              "counts, as in train_bpe")
+                if len(mine[0]) + len(mine[1]) <= 4 and any(len(s) > 1 for s in mine) and k == 0:
+                    case.fail(f"{first} joins symbols of several bytes before any merge: start from single bytes, "
+                              "bytes([b]) for each byte b of word.encode('utf-8'), not from each character's bytes")
+                case.fail(f"{first} is a pair of bytes that stands side by side nowhere in the words' bytes"
+                          f"{' after the merges before it' if k else ''}: count the pairs again after every merge")
+            if pairs[mine] == pairs[right]:
+                case.fail(f"{first} has the top count, but so has another pair that comes first in Python's order of "
+                          "(left, right) bytes: ties go to the smallest, min(pairs, key=lambda p: (-pairs[p], p))")
+            unweighted = ref.count_pairs(dict.fromkeys(words, 1))
+            if unweighted.get(mine) == max(unweighted.values()):
+                case.fail(f"{first} is the most frequent pair if every word counts once: weight each word by its count")
+            case.fail(f"{first} is not the most frequent pair: count the pairs again after every merge, each word "
+                      "weighted by how often it occurs")
+        words = ref.merge_pair(words, mine)
+    if len(got) < len(want):
+        case.fail(f"its {len(got)} merges are right, but it stops there; expected {len(want)}: merge num_merges "
+                  "times, stopping earlier only when no pair is left")
+    case.fail(f"its first {len(want)} merges are right, but it goes on to {len(got)}: stop after num_merges, or as "
+              "soon as no pair is left")
+
+
+_BYTE_MISTAKES = (
+    Mistake("utf16", "the words are written in UTF-16 (word.encode('utf-16'): a byte-order mark, then two bytes per "
+            "character, zero bytes for ASCII): byte-level BPE starts from UTF-8, word.encode('utf-8'), where ASCII is "
+            "one byte and a Hangul syllable three", _byte_variant(encoding="utf-16")),
+    Mistake("character_bytes", "each character's bytes start as one symbol (ch.encode('utf-8') per character): "
+            "a Hangul syllable or an emoji is then one symbol before any merge; start from single bytes, bytes([b]) "
+            "for each byte b of word.encode('utf-8'), and let the merges rebuild the characters",
+            _byte_variant(symbols="characters")),
+    Mistake("seen_bytes_only", "tokens[0 .. 255] are only the bytes the text holds (sorted): the base vocabulary is "
+            "all 256 byte values, tokens[i] == bytes([i]), so that any text can be encoded and byte b is always "
+            "id b; with only the bytes seen every id shifts", _byte_variant(base="seen")),
+    Mistake("whole_text", "it merges across word boundaries: the bytes of the whole text are one sequence, so a pair "
+            "can join the end of one word to the space of the next; write each word of pretokenize(text) as its "
+            "bytes and merge inside each word", _byte_variant(words="whole")),
+    Mistake("specials_merged", "special tokens are merged: a special token such as <eos> is left out of the counts, "
+            "never written as bytes and merged", _byte_variant(specials="keep")),
+    Mistake("ties_first_seen", "ties are broken by the pair seen first (max(pairs, key=pairs.get)); the stated rule is "
+            "the smallest (left, right) in Python's order of bytes, min(pairs, key=lambda p: (-pairs[p], p))",
+            _byte_variant(tie="first_seen")),
+    Mistake("ties_largest", "ties are broken towards the largest (left, right); the stated rule is the smallest, "
+            "min(pairs, key=lambda p: (-pairs[p], p))", _byte_variant(tie="largest")),
+    Mistake("stale_counts", "the pair counts are not updated after a merge: merging (a, b) removes pairs and makes "
+            "new ones with the merged token, so count the pairs again before every merge",
+            _byte_variant(recount=False)),
+    Mistake("unweighted", "each distinct word counts once: weight every word by how often it occurs in the text",
+            _byte_variant(weights=False)),
+    Mistake("bytes_only", "tokens holds the 256 byte values only: each merge adds a token, tokens[256 + k] == "
+            "left + right of merge k (the vocabulary grows with the merges)", _byte_variant(vocabulary="bytes")),
+)
+_BYTE_TOLD = _BYTE_MISTAKES
+
+BYTE_RULES = (
+    Rule("the 256 byte values come first, whether the text holds them or not", lambda call: True),
+    Rule("Hangul, English and emoji: three, one and four bytes a character",
+         lambda call: any(_syllable(ch) for ch in call.args[0]) and any("a" <= ch <= "z" for ch in call.args[0])
+         and any(ord(ch) > 0xFFFF for ch in call.args[0])),
+    Rule("special tokens are left out of the counts", lambda call: "<eos>" in call.args[0] and call.args[1] > 0),
+    Rule("merges never cross from one word to the next",
+         lambda call: _byte_variant(words="whole")(*call.args)[1] != ref.train_byte_bpe(*call.args)[1]),
+    Rule("ties go to the smallest (left, right)", lambda call: _byte_variant(tie="largest")(*call.args)[1]
+         != ref.train_byte_bpe(*call.args)[1] and _byte_variant(tie="first_seen")(*call.args)[1]
+         != ref.train_byte_bpe(*call.args)[1]),
+    Rule("training stops early when no pair is left",
+         lambda call: len(ref.train_byte_bpe(*call.args)[1]) < call.args[1]),
+    Rule("num_merges 0: the 256 bytes and no merge", lambda call: call.args[1] == 0),
+)
+
+
+TRAIN_BYTE_BPE = Spec(
+    id="tokenization-train_byte_bpe",
+    function="train_byte_bpe",
+    depends=("tokenization-count_pairs", "tokenization-merge_pair"),  # its solution calls them
+    inputs=_byte_inputs,
+    reference=ref.train_byte_bpe,
+    driver="tokenization.drive_train_byte_bpe",
+    prepare=_table("strings", "strings", "strings"),
+    judge=_judged(_describe_byte_training),
+    rtol=0.0, atol=0.0,
+    mistakes=_BYTE_MISTAKES,
+    rules=BYTE_RULES,
+    errors=(
+        Raises("{what} raised {error}: bytes([ord(ch)]) takes a character's code point, which is above 255 for "
+               "Hangul and emoji; the symbols are the UTF-8 bytes, bytes([b]) for each b of word.encode('utf-8')",
+               example=_byte_variant(symbols="codepoints"), match=r"bytes must be in range\(0, 256\)"),
+        Raises("{what} raised {error}: Latin-1 (and ASCII) have no Hangul or emoji; UTF-8 writes every character, "
+               "word.encode('utf-8')", example=_byte_variant(encoding="latin-1"), match="UnicodeEncodeError"),
+        Raises("{what} raised {error}: no pair is left before num_merges merges (every word is one token); stop "
+               "when count_pairs finds none", example=_byte_variant(stop=False),
+               match=r"(min|max)\(\) (arg is an empty sequence|iterable argument is empty)"),
+    ),
+    figures=("tokenization-train_byte_bpe-figure",),
+)
+
+# ---------------------------------------------------------------- byte_decode
+
+
+def _byte_tokenizer(rng: np.random.Generator) -> tuple[str, list[bytes], list]:
+    """A byte-level vocabulary trained on a few lines of Korean, English and emoji: the text, tokens, merges."""
+    text = "\n".join(line + " 🙂" for line in _sentences(rng, 3, 2))
+    return (text, *ref.train_byte_bpe(text, int(rng.integers(25, 40))))
+
+
+def _split_inside(ids: list[int], tokens: list[bytes]) -> bool:
+    """Some id stands for bytes that are not whole UTF-8 characters by themselves."""
+    def whole(token: bytes) -> bool:
+        try:
+            token.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+    return not all(whole(tokens[i]) for i in ids)
+
+
+def _decode_byte_inputs(rng: np.random.Generator) -> list[Call]:
+    """Ids of Korean, English and emoji lines (syllables split across tokens); the same ids cut
+    inside a character (a partial decode); ids a model might sample, with bytes that are no
+    UTF-8; an id past the vocabulary and a negative one, which must raise."""
+    for _ in range(50):
+        text, tokens, merges = _byte_tokenizer(rng)
+        ids = ref.byte_encode(_sentences(rng, 1, 0)[0] + " 🐱 " + text.split("\n")[0], tokens, merges)
+        cut = next((k for k in range(len(ids) - 1, 0, -1)
+                    if ref.byte_decode(ids[:k], tokens).endswith("\ufffd")), None)
+        if cut is None or not _split_inside(ids, tokens):
+            continue
+        sampled = [int(i) for i in rng.integers(len(tokens), size=12)] + [0x80, 0, 0xEA, 0x41]
+        wire = tuple(t.hex() for t in tokens)
+        as_ids = lambda values: np.array(values, dtype=np.int64)
+        return [Call((as_ids(ids), wire), what="byte_decode(ids, tokens) for a line of Korean, English and emoji"),
+                Call((as_ids(ids[:cut]), wire), what="byte_decode(ids, tokens) for the first ids of a line, cut "
+                                                     "inside a character"),
+                Call((as_ids(sampled), wire), what="byte_decode(ids, tokens) for ids a model sampled"),
+                Call((as_ids(ids[:3] + [len(tokens)]), wire), raises="ValueError",
+                     what="byte_decode(ids, tokens) with an id past the vocabulary"),
+                Call((as_ids([-1] + ids[:3]), wire), raises="ValueError",
+                     what="byte_decode(ids, tokens) with a negative id")]
+    raise RuntimeError("no hidden line splits a character across tokens")  # (never seen: a course bug)
+
+
+def _decoding_bytes(per_token: bool = False, errors: str = "replace", encoding: str = "utf-8",
+                    negative: bool = False):
+    """byte_decode as a learner writes it: each token decoded alone (``per_token``), other
+    ``errors`` or ``encoding``, negative ids let through to Python's indexing (``negative``)."""
+    def byte_decode(ids, tokens):
+        for i in ids:
+            if i >= len(tokens) or (i < 0 and not negative):
+                raise ValueError(f"id {i} is outside the vocabulary")
+        if per_token:
+            return "".join(tokens[i].decode(encoding, errors=errors) for i in ids)
+        return b"".join(tokens[i] for i in ids).decode(encoding, errors=errors)
+    return byte_decode
+
+
+def _describe_byte_decoding(case: Case) -> None:
+    """What a wrong byte_decode did: more or fewer U+FFFD than the rule, characters lost, or
+    where the texts first differ."""
+    got, want = case.answer, case.expected
+    if got.count("\ufffd") > want.count("\ufffd"):
+        case.fail(f"{_plural(got.count(chr(0xFFFD)) - want.count(chr(0xFFFD)), 'replacement character')} (U+FFFD) too "
+                  "many: bytes of one character that stand in two tokens are whole once joined; join all the bytes "
+                  "first, then decode once")
+    if got.count("\ufffd") < want.count("\ufffd"):
+        case.fail("bytes that are no UTF-8 are dropped or kept as other characters: each invalid sequence becomes "
+                  "one U+FFFD, .decode('utf-8', errors='replace')")
+    k = _first_difference(got, want)
+    case.fail(f"its text differs from the rule's at character {k} of {len(want)}: join the tokens' bytes in the "
+              "order of the ids, then decode once as UTF-8 with errors='replace'")
+
+
+BYTE_DECODE_RULES = (
+    Rule("a character split across two tokens",
+         lambda call: not call.raises and _split_inside([int(i) for i in call.args[0]],
+                                                        [bytes.fromhex(t) for t in call.args[1]])
+         and "\ufffd" not in _wire_decode(call)),
+    Rule("ids that end inside a character (a partial decode)", lambda call: _wire_decode(call).endswith("\ufffd")),
+    Rule("bytes that are no UTF-8 in the middle", lambda call: "\ufffd" in _wire_decode(call)[:-1]),
+    Rule("id 0, the byte 0x00, is in the vocabulary", lambda call: not call.raises and 0 in call.args[0]),
+    Rule("an id outside the vocabulary raises ValueError, a negative one too",
+         lambda call: call.raises == "ValueError" and int(min(call.args[0])) < 0),
+)
+
+
+def _wire_decode(call: Call) -> str:
+    """The reference's text for a call (an id outside the vocabulary: '')."""
+    ids, tokens = [int(i) for i in call.args[0]], [bytes.fromhex(t) for t in call.args[1]]
+    return "" if call.raises else ref.byte_decode(ids, tokens)
+
+
+BYTE_DECODE = Spec(
+    id="tokenization-byte_decode",
+    function="byte_decode",
+    inputs=_decode_byte_inputs,
+    reference=ref.byte_decode,
+    driver="tokenization.drive_byte_decode",
+    prepare=_text,
+    judge=_judged(_describe_byte_decoding),
+    rtol=0.0, atol=0.0,
+    rules=BYTE_DECODE_RULES,
+    mistakes=(
+        Mistake("token_by_token", "each token is decoded by itself: a token that holds part of a character (the "
+                "first bytes of a Hangul syllable) becomes U+FFFD, though its bytes and the next token's make one "
+                "character; join all the bytes first, b''.join(...), then decode once", _decoding_bytes(per_token=True)),
+        Mistake("errors_ignore", "bytes that are no UTF-8 are dropped (errors='ignore'): a partial character at the "
+                "end or a sampled byte vanishes silently; errors='replace' shows each as U+FFFD",
+                _decoding_bytes(errors="ignore")),
+        Mistake("latin_1", "the bytes are decoded as Latin-1, one character per byte: UTF-8 writes a Hangul syllable "
+                "as three bytes, .decode('utf-8', errors='replace')", _decoding_bytes(encoding="latin-1")),
+    ),
+    errors=(
+        Raises("{what} raised {error}: ids can end inside a character (a partial decode) or come from a model as any "
+               "bytes; decode with errors='replace', so that each invalid sequence becomes U+FFFD",
+               example=_decoding_bytes(errors="strict"), match="UnicodeDecodeError", when=lambda call: not call.raises),
+        Raises("{what} raised {error}: check every id first, and raise ValueError for one outside 0 .. len(tokens) - 1",
+               example=lambda ids, tokens: b"".join(tokens[i] for i in ids).decode("utf-8", errors="replace"),
+               match="IndexError"),
+    ),
+    figures=("tokenization-byte_decode-figure",),
+)
+
 SPECS = (COUNT_PAIRS, MERGE_PAIR, TRAINING, BPE_ENCODE, BPE_DECODE, TO_JAMO, FROM_JAMO, GPT2_PRETOKENIZE,
-         ENCODE_USER_TEXT)
+         ENCODE_USER_TEXT, TRAIN_BYTE_BPE, BYTE_DECODE)

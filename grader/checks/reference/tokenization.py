@@ -248,3 +248,70 @@ def encode_user_text(text: str, tokens: list, merges: list, allowed_special=()) 
         else:
             ids += encode_ordinary(piece, tokens, merges)
     return ids
+
+
+def byte_word_counts(text: str) -> dict[tuple[bytes, ...], int]:
+    """Each word of ``text`` but the special tokens, as a tuple of its UTF-8 bytes (each a
+    ``bytes`` of length 1), with its count."""
+    words: Counter = Counter()
+    for word in pretokenize(text):
+        if word not in SPECIALS:
+            words[tuple(bytes([b]) for b in word.encode("utf-8"))] += 1
+    return dict(words)
+
+
+def train_byte_bpe(text: str, num_merges: int) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+    """Byte-level BPE: (tokens, merges). ``tokens[i] == bytes([i])`` for the 256 byte values,
+    whichever occur, then one token per merge, ``tokens[256 + k] == left + right`` of merge k;
+    the merges as ``train_bpe`` picks them (the most frequent pair, ties to the smallest
+    ``(left, right)`` in Python's order of bytes), on the words of ``pretokenize`` written as
+    their UTF-8 bytes, special tokens left out; fewer than ``num_merges`` when no pair is left.
+
+    Source: Radford et al. (2019), section 2.2 (BPE on bytes, a base vocabulary of 256); the
+    layout of minbpe's vocab (ids 0-255 the bytes, 256 + k the merge k)."""
+    words = byte_word_counts(text)
+    tokens = [bytes([i]) for i in range(256)]
+    merges: list[tuple[bytes, bytes]] = []
+    for _ in range(num_merges):
+        pairs = count_pairs(words)
+        if not pairs:
+            break
+        best = min(pairs, key=lambda pair: (-pairs[pair], pair))
+        words = merge_pair(words, best)
+        merges.append(best)
+        tokens.append(best[0] + best[1])
+    return tokens, merges
+
+
+def byte_encode(text: str, tokens: list, merges: list) -> list[int]:
+    """Text -> byte-level ids: each word of ``pretokenize`` (a special-token string is a word of
+    text here: this vocabulary has no special ids) as its UTF-8 bytes, merged by every merge in
+    the order learned, each token's id its index in ``tokens`` (the first, should two be equal)."""
+    ids_of: dict = {}
+    for i, token in enumerate(tokens):
+        ids_of.setdefault(bytes(token), i)
+    ids = []
+    for word in pretokenize(text):
+        (symbols,) = merge_pairs_in_order({tuple(bytes([b]) for b in word.encode("utf-8")): 1}, merges)
+        ids += [ids_of[symbol] for symbol in symbols]
+    return ids
+
+
+def merge_pairs_in_order(words: dict, merges: list) -> dict:
+    """``words`` with every merge applied, in the order learned."""
+    for pair in merges:
+        words = merge_pair(words, pair)
+    return words
+
+
+def byte_decode(ids: list, tokens: list) -> str:
+    """Byte-level ids -> text: the tokens' bytes joined, then decoded once as UTF-8 with
+    ``errors="replace"`` (each invalid sequence one U+FFFD).
+
+    Raises:
+        ValueError: an id outside 0 .. len(tokens) - 1.
+    """
+    for i in ids:
+        if not 0 <= i < len(tokens):
+            raise ValueError("an id is outside the vocabulary, 0 .. len(tokens) - 1")
+    return b"".join(tokens[i] for i in ids).decode("utf-8", errors="replace")
