@@ -728,7 +728,6 @@ def _batch_learner(padding="left", positions="own", mask=True, every_step=True, 
     return generate_batch
 
 
-
 # ---------------------------------------------------------------- gpt2_init
 
 def init_sqrt_n(model):
@@ -880,6 +879,109 @@ def groups_by_type(model, weight_decay):
     return ({"params": [p for p in params if p.dim() == 2 and id(p) not in embedded], "weight_decay": weight_decay},
             {"params": (p for p in params if p.dim() != 2 or id(p) in embedded), "weight_decay": 0})
 
+# ---------------------------------------------------------------- beam_search_cached
+
+forward_cached = NS["forward_cached"]
+
+
+@torch.no_grad()
+def beam_cached_tensors(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Valid: the beams as tensors, the parent index as flat // V, the cache reordered by advanced
+    indexing (k[parents]) rather than index_select, finished hypotheses in a list."""
+    logits, cache = forward_cached(model, prompt[None])
+    seqs, scores, done = prompt[None], torch.zeros(1, dtype=torch.float64), []
+    for step in range(max_new_tokens):
+        total = scores[:, None] + logits[:, -1].double().log_softmax(-1)
+        values, flat = total.flatten().topk(min(beam_size, total.numel()))
+        parents, tokens = flat // total.shape[1], flat % total.shape[1]
+        grown = torch.cat([seqs[parents], tokens[:, None]], dim=1)
+        ended = tokens == eos_id
+        done += [(grown[i], values[i].item()) for i in ended.nonzero().flatten().tolist()]
+        seqs, scores, parents = grown[~ended], values[~ended], parents[~ended]
+        if not len(seqs) or step == max_new_tokens - 1:
+            break
+        cache = [(k[parents], v[parents]) for k, v in cache]
+        logits, cache = forward_cached(model, seqs[:, -1:], cache)
+    n = len(prompt)
+    hyps = done + [(s, sc.item()) for s, sc in zip(seqs, scores)]
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in hyps), key=lambda h: h[1])
+    return seq[n:].to(torch.int64), score
+
+
+@torch.no_grad()
+def beam_cached_feed_last(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Valid, nanoGPT's loop: the cache of all the prompt but its last token, then every step feeds the
+    last token of each beam (the prompt's at the first step) and chooses from its logits."""
+    cache = forward_cached(model, prompt[None, :-1])[1] if len(prompt) > 1 else None
+    beams, done, parents = [(prompt.tolist(), 0.0)], [], [0]
+    for step in range(max_new_tokens):
+        if cache is not None:
+            cache = [(k.index_select(0, torch.tensor(parents)), v.index_select(0, torch.tensor(parents)))
+                     for k, v in cache]
+        logits, cache = forward_cached(model, torch.tensor([[s[-1]] for s, _ in beams]), cache)
+        logp = logits[:, -1].double().log_softmax(-1)
+        cands = sorted(((sc + logp[i, t].item(), i, t) for i, (s, sc) in enumerate(beams) for t in range(logp.shape[1])),
+                       reverse=True)[:beam_size]
+        nxt, parents = [], []
+        for sc, i, t in cands:
+            if t == eos_id:
+                done.append((beams[i][0] + [t], sc))
+            else:
+                nxt.append((beams[i][0] + [t], sc))
+                parents.append(i)
+        beams = nxt
+        if not beams:
+            break
+    n = len(prompt)
+    seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in done + beams), key=lambda h: h[1])
+    return torch.tensor(seq[n:]), score
+
+
+def _beam_cached_learner(reorder="index_select", recompute=False):
+    """A learner's beam search with the cache: the prompt's cache expanded to the beams and cut to the
+    alive ones (no reordering), or forward_cached called on the whole beams each step without a cache."""
+
+    @torch.no_grad()
+    def beam_search_cached(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+        logits, cache = forward_cached(model, prompt[None])
+        beams, done = [(prompt.tolist(), 0.0)], []
+        for step in range(max_new_tokens):
+            logp = torch.log_softmax(logits[:, -1].double(), -1)
+            total = torch.tensor([sc for _, sc in beams], dtype=torch.float64)[:, None] + logp
+            best = total.flatten().topk(min(beam_size, total.numel())).indices.tolist()
+            nxt, parents = [], []
+            for f in best:
+                b, t = divmod(f, logp.shape[1])
+                if t == eos_id:
+                    done.append((beams[b][0] + [t], total[b, t].item()))
+                else:
+                    nxt.append((beams[b][0] + [t], total[b, t].item()))
+                    parents.append(b)
+            beams = nxt
+            if not beams or step == max_new_tokens - 1:
+                break
+            if recompute:
+                logits, cache = forward_cached(model, torch.tensor([s for s, _ in beams]))
+                continue
+            if reorder == "expand":
+                cache = [(k.expand(len(beams), -1, -1, -1) if k.shape[0] == 1 else k[:len(beams)],
+                          v.expand(len(beams), -1, -1, -1) if v.shape[0] == 1 else v[:len(beams)]) for k, v in cache]
+            else:
+                idx = torch.tensor(parents)
+                cache = [(k.index_select(0, idx), v.index_select(0, idx)) for k, v in cache]
+            logits, cache = forward_cached(model, torch.tensor([[s[-1]] for s, _ in beams]), cache)
+        n = len(prompt)
+        seq, score = max(((s, sc / ((5 + len(s) - n) / 6) ** alpha) for s, sc in done + beams), key=lambda h: h[1])
+        return torch.tensor(seq[n:]), score
+
+    return beam_search_cached
+
+
+def beam_cached_calls_beam_search(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """The uncached beam_search of section 7, called on the model."""
+    return NS["beam_search"](model, prompt, beam_size, max_new_tokens, eos_id, alpha)
+
+
 scaled_dot_product_attention = NS["scaled_dot_product_attention"]
 
 
@@ -973,6 +1075,12 @@ MISTAKES = {
         (_batch_learner(every_step=False), "applied to the prompt only"),
         (_batch_learner(stop_all=True), "stops for every row when the first row writes eos_id"),
     ],
+    "gpt-beam_search_cached": [
+        (stub, "not answered yet"),
+        (beam_cached_calls_beam_search, "calling model(ids), or beam_search, does not use the cache"),
+        (_beam_cached_learner(reorder="expand"), "the cache is not reordered"),
+        (_beam_cached_learner(recompute=True), "a step after the first forwards"),
+    ],
 }
 
 VARIANTS = {
@@ -986,6 +1094,7 @@ VARIANTS = {
     "gpt-forward_cached": [cached_sdpa, cached_einsum],
     "gpt-beam_search": [beam_heap, beam_tensors],
     "gpt-generate_batch": [batch_hf_style, batch_einsum],
+    "gpt-beam_search_cached": [beam_cached_tensors, beam_cached_feed_last],
 }
 
 globals().update(shared_tests("gpt", MISTAKES, VARIANTS, solutions="gpt_notebook", seeds=4))

@@ -145,6 +145,28 @@ def _batch_differs(implementation) -> bool:
         return True
 
 
+def _beams_differ(implementation) -> bool:
+    """Beam search with the cache: some hypothesis or score differs from beam_search without it (a random GPT,
+    a prompt of 2 tokens, beams of 1 to 4, every token tried as EOS)."""
+    from grader.checks.reference.gpt import GPT, beam_search
+
+    torch.manual_seed(4)
+    model = GPT(9, 12, 3, 20, layers=2, max_len=16).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.7, generator=torch.Generator().manual_seed(p.numel()))
+    prompt = torch.tensor([1, 5])
+    try:
+        for beam in (1, 2, 4):
+            for eos in range(9):
+                got, want = implementation(model, prompt, beam, 6, eos, 0.6), beam_search(model, prompt, beam, 6, eos, 0.6)
+                if _np(got[0]).tolist() != want[0].tolist() or abs(float(got[1]) - want[1]) > 1e-4:
+                    return True
+    except Exception:
+        return True
+    return False
+
+
 def _skipped_tile_read(implementation) -> bool:
     """Tiled attention: a NaN in the value of a key that only tiles wholly above the diagonal hold
     reaches the queries before it (such tiles computed and masked, not skipped)."""
@@ -287,6 +309,7 @@ PROPERTIES = (
     Property("gpt-forward_cached", "step ", _cached_differs),
     Property("rope-rotary_attention_step", "tokens with the cache: ", _rotary_cache_differs),
     Property("gpt-generate_batch", "alone writes", _batch_differs),
+    Property("gpt-beam_search_cached", "eos_id {eos}: beam_search finds", _beams_differ),
     Property("multi_head-MultiHeadAttention", "causal mask: no weight on later keys",
              _weight_on_later_keys(lambda impl: _mha(impl, "causal"))),
     Property("softmax-scaled_dot_product_attention", "each query's weights sum to 1",

@@ -18,6 +18,8 @@ messages reach the learner as the diagnosis, so they name what to create or fix.
 - ``gpt.cached``: a ``forward_cached`` function, handed the parts of a GPT (``parts_of``:
   modules without a forward of their own) and fed a prompt, then one token at a time.
 - ``gpt.beam``: a ``beam_search`` function, handed a bigram stand-in language model.
+- ``gpt.beam_cached``: a ``beam_search_cached`` function, handed the parts of a GPT; it also
+  reports the shape of every batch of token ids the parts embedded (one per forward pass).
 """
 from __future__ import annotations
 
@@ -379,6 +381,20 @@ def cached(fn: Any) -> Any:
 
 # ---------------------------------------------------------------- beam search
 
+def _tokens_and_score(answer: Any, name: str) -> tuple:
+    """A beam search's (tokens, score) as a tensor and a float64 array; TypeError names what to return."""
+    import torch
+
+    if answer is None:
+        raise TypeError(f"{name} returns nothing (None): is a `return` missing? It returns (tokens, score)")
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise TypeError(f"{name} should return a pair (tokens, score)")
+    tokens, score = answer
+    if isinstance(score, torch.Tensor):
+        score = score.detach()
+    return torch.as_tensor(tokens), np.asarray(float(score))
+
+
 def beam(fn: Any) -> Any:
     """A beam_search function -> fn(table, prompt, beam_size, max_new_tokens, eos_id, alpha)
     returning (tokens, score) for a bigram stand-in model (no dropout) whose logits after token t
@@ -391,14 +407,7 @@ def beam(fn: Any) -> Any:
         lm = _bigram(table, 0.0).eval()
         answer = fn(lm, torch.tensor(prompt, dtype=torch.int64), int(beam_size), int(max_new_tokens),
                     int(eos_id), float(alpha))
-        if answer is None:
-            raise TypeError("beam_search returns nothing (None): is a `return` missing? It returns (tokens, score)")
-        if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-            raise TypeError("beam_search should return a pair (tokens, score)")
-        tokens, score = answer
-        if isinstance(score, torch.Tensor):
-            score = score.detach()
-        return torch.as_tensor(tokens), np.asarray(float(score))
+        return _tokens_and_score(answer, "beam_search")
 
     return run
 
@@ -432,5 +441,33 @@ def batched(fn: Any) -> Any:
             raise ValueError(f"generate_batch returned {shape}; expected an int64 tensor ({batch}, {steps}), "
                              "(batch, max_new_tokens): one row per prompt, pad_id after a row's eos_id")
         return tokens.to(torch.int64)
+
+    return run
+
+
+# ---------------------------------------------------------------- beam search with the cache
+
+def beam_cached(fn: Any) -> Any:
+    """A beam_search_cached function -> fn(spec, flat, prompt, beam_size, max_new_tokens, eos_id,
+    alpha) returning (tokens, score, forwarded): forwarded (calls, 2) int64, the (rows, columns) of
+    the ids each forward pass embedded (a forward hook on tok_embed), in order.
+
+    The parts of a GPT (``parts_of``) are loaded with the grader's weights; calling the model or a
+    block raises TypeError (beam_search_cached runs it through forward_cached).
+    """
+    import torch
+
+    def run(spec, flat, prompt, beam_size, max_new_tokens, eos_id, alpha):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        gpt = parts_of(json.loads(spec), _unpack(spec, flat))
+        forwarded: list = []
+        gpt.tok_embed.register_forward_hook(lambda module, inputs, output: forwarded.append(
+            tuple(inputs[0].shape[-2:]) if inputs[0].dim() >= 2 else (1, inputs[0].numel())))
+        with torch.no_grad():
+            answer = fn(gpt, torch.tensor(prompt, dtype=torch.int64), int(beam_size), int(max_new_tokens),
+                        int(eos_id), float(alpha))
+        return (*_tokens_and_score(answer, "beam_search_cached"),
+                np.array(forwarded, dtype=np.int64).reshape(-1, 2))
 
     return run

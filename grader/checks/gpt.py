@@ -1651,4 +1651,350 @@ GENERATE_BATCH = Spec(
     ),
 )
 
-SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, GPT2_INIT, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH, GENERATE_BATCH)
+# ---------------------------------------------------------------- beam search with the KV cache
+
+def _beam_cached_variant(reorder="parents", again=False):
+    """beam_search_cached with its cache reordered otherwise (the spec's knob), or, ``again``, the
+    prompt's last token fed once more after the prompt's cache (every new token one position late)."""
+
+    def own_rows(count, rows):                       # row i keeps row i's past (the last, if fewer)
+        return torch.arange(count).clamp(max=rows - 1)
+
+    def take(cache, keys_index, values_index):
+        return [(k.index_select(0, keys_index), v.index_select(0, values_index)) for k, v in cache]
+
+    @torch.no_grad()
+    def beam_search_cached(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+        logits, cache = ref.forward_cached(model, prompt[None])
+        if again:
+            logits, cache = ref.forward_cached(model, prompt[None, -1:], cache)
+        alive, finished = [(prompt.tolist(), 0.0)], []
+        for step in range(max_new_tokens):
+            logp = torch.log_softmax(logits[:, -1].double(), dim=-1)
+            scores = torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp
+            best = torch.topk(scores.flatten(), min(beam_size, scores.numel())).indices.tolist()
+            alive_next, parents = [], []
+            for flat in best:
+                beam, token = divmod(flat, logp.shape[-1])
+                hypothesis = (alive[beam][0] + [token], scores[beam, token].item())
+                (finished if token == eos_id else alive_next).append(hypothesis)
+                if token != eos_id:
+                    parents.append(beam)
+            alive = alive_next
+            if not alive or step == max_new_tokens - 1:
+                break
+            parents = torch.tensor(parents)
+            own = own_rows(len(parents), cache[0][0].shape[0])
+            index = {"parents": (parents, parents), "none": (own, own), "keys": (parents, own),
+                     "values": (own, parents), "after": (own, own)}[reorder]
+            cache = take(cache, *index)
+            logits, cache = ref.forward_cached(model, torch.tensor([[seq[-1]] for seq, _ in alive]), cache)
+            if reorder == "after":                   # the new keys appended first, then reordered
+                moved = parents.clamp(max=len(parents) - 1)
+                cache = take(cache, moved, moved)
+        start = len(prompt)
+        ranked = [(score / ref.length_penalty(len(seq) - start, alpha), seq[start:]) for seq, score in finished + alive]
+        score, tokens = max(ranked, key=lambda r: r[0])
+        return torch.tensor(tokens, dtype=torch.int64), score
+
+    return beam_search_cached
+
+
+@torch.no_grad()
+def _trace(model, prompt, beam_size, max_new_tokens, eos_id, alpha):
+    """beam_search on the uncached model in float64: (tokens, score, the steps at which hypotheses
+    finished, the smallest gap between a kept and a dropped candidate or two ranked hypotheses,
+    whether it stopped with no beam alive before max_new_tokens)."""
+    alive, finished, ends, gap, stopped = [(prompt.tolist(), 0.0)], [], set(), math.inf, False
+    for step in range(max_new_tokens):
+        logp = torch.log_softmax(model(torch.tensor([seq for seq, _ in alive]))[:, -1].double(), dim=-1)
+        scores = (torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp).flatten()
+        order = torch.sort(scores, descending=True)
+        keep = min(beam_size, scores.numel())
+        if keep < scores.numel():
+            gap = min(gap, float(order.values[keep - 1] - order.values[keep]))
+        nxt = []
+        for flat in order.indices[:keep].tolist():
+            beam, token = divmod(flat, logp.shape[-1])
+            hypothesis = (alive[beam][0] + [token], float(scores[flat]))
+            if token == eos_id:
+                finished.append(hypothesis)
+                ends.add(step)
+            else:
+                nxt.append(hypothesis)
+        alive = nxt
+        if not alive:
+            stopped = step < max_new_tokens - 1
+            break
+    start = len(prompt)
+    ranked = sorted(((score / ref.length_penalty(len(seq) - start, alpha), seq[start:])
+                     for seq, score in finished + alive), reverse=True)
+    if len(ranked) > 1:
+        gap = min(gap, ranked[0][0] - ranked[1][0])
+    return ranked[0][1], ranked[0][0], ends, gap, stopped
+
+
+# (config, prompt length, beam_size, max_new_tokens, alpha, what the call is for, what its reference run must
+# show: tokens, the steps at which hypotheses finished, whether it stopped with none alive, eos_id)
+_BEAM_CACHED = [
+    (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, tie_weights=True), 3, 3, 6, 0.6,
+     "beams that finish at different steps",
+     lambda tokens, ends, stopped, eos: len(ends) > 1 and len(tokens) > 3),
+    (dict(vocab_size=5, d_model=8, heads=2, d_ff=10, layers=1, max_len=12, tie_weights=True), 1, 6, 4, 0.6,
+     "a beam larger than the first step's candidates", lambda tokens, ends, stopped, eos: len(tokens) > 2),
+    (dict(vocab_size=11, d_model=12, heads=3, d_ff=20, layers=2, max_len=16, tie_weights=True), 2, 1, 5, 0.6,
+     "beam_size 1, greedy decoding, which stops at eos_id", lambda tokens, ends, stopped, eos: stopped),
+    (dict(vocab_size=9, d_model=10, heads=2, d_ff=6, layers=2, max_len=14, tie_weights=True), 1, 2, 5, 1.0,
+     "a prompt of one token, the best hypothesis still alive at the last step",
+     lambda tokens, ends, stopped, eos: len(tokens) == 5 and tokens[-1] != eos and ends),
+]
+_REORDERS = ("parents", "none", "keys", "values", "after")
+
+
+def _beam_cached_calls(rng: np.random.Generator) -> list[Call]:
+    """Drawn GPTs and prompts. Each call is decided by a margin (1e-3 at least between a kept and a
+    dropped candidate, and between the two best hypotheses, in float64), so float32's rounding in
+    batches of other sizes changes no choice; on the first, hypotheses finish at two steps at least
+    and every catalogued mistake answers otherwise than the reference and than each other; greedy
+    decoding (beam 1) writes eos_id before max_new_tokens, so the search stops with no beam alive."""
+    with _one_thread():
+        return [_beam_cached_call(rng, *row, apart=i == 0) for i, row in enumerate(_BEAM_CACHED)]
+
+
+def _beam_cached_call(rng, cfg, length, beam, steps, alpha, purpose, need, apart) -> Call:
+    from coursekit.drivers.gpt import beam_cached
+
+    shapes = _model_shapes(cfg)
+    while True:
+        weights = draw_weights(rng, shapes)
+        model = _gpt_of(cfg, weights).double()
+        prompt = rng.integers(0, cfg["vocab_size"], size=length).astype(np.int64)
+        eos = int(rng.integers(0, cfg["vocab_size"]))
+        tokens, _, ends, gap, stopped = _trace(model, torch.tensor(prompt), beam, steps, eos, alpha)
+        if gap < 1e-3 or not need(tokens, ends, stopped, eos):
+            continue
+        spec, flat = _packed(cfg, shapes, weights)
+        args = (spec, flat, prompt, beam, steps, eos, alpha)
+        if apart:
+            answers = [beam_cached(_beam_cached_variant(reorder))(*args) for reorder in _REORDERS]
+            answers.append(beam_cached(_beam_cached_variant(again=True))(*args))
+            if not all(_apart_answers(answers[i], answers[j]) for i in range(len(answers)) for j in range(i)):
+                continue
+        what = (f"beam_search_cached(model, prompt of {length} token(s), beam_size={beam}, max_new_tokens={steps}, "
+                f"eos_id={eos}, alpha={alpha}) on a GPT(layers={cfg['layers']}, vocab_size={cfg['vocab_size']}): "
+                f"{purpose}")
+        return Call(args, what=what)
+
+
+def _apart_answers(a: tuple, b: tuple) -> bool:
+    """Two (tokens, score, ...) answers differ: other tokens, or scores 1e-3 apart at least."""
+    return a[0].tolist() != b[0].tolist() or abs(float(a[1]) - float(b[1])) > 1e-3
+
+
+def _beam_cached_answer(answer: object, call: Call, what: str) -> tuple:
+    """(tokens, score): what the catalogue compares; the forward passes are judged apart."""
+    if not isinstance(answer, tuple) or len(answer) != 3:
+        raise CheckFailed(f"{what}: expected (tokens, score)")
+    return answer[0], answer[1]
+
+
+RECOMPUTED = ("the tokens and the score are right, but a step after the first forwards {cols} positions per beam: "
+              "the cache already holds the keys and values of the prompt and of the tokens before, so each step "
+              "forwards only the new token of each alive beam, ids (alive, 1), with the cache reordered by the "
+              "beams' parents")
+PER_BEAM = ("the tokens and the score are right, but the model ran {calls} forward passes for {steps} steps: one "
+            "forward_cached call per step, all alive beams as one batch (alive, 1), their caches stacked on the "
+            "batch axis and reordered with index_select")
+
+
+def _judge_beam_cached(case: Case) -> None:
+    """The hypothesis and its score (within 1e-4) first, then the forward passes: the prompt once,
+    then one pass per step of one new token per alive beam."""
+    _explain_raised(case)
+    got = value(case.answer, case.what)
+    if not isinstance(got, tuple) or len(got) != 3:
+        raise CheckFailed(f"{case.what}: expected (tokens, score)")
+    tokens, score, forwarded = got
+    if not isinstance(tokens, np.ndarray) or tokens.dtype.kind not in "iu" or tokens.ndim != 1:
+        raise CheckFailed(f"{case.what}: the tokens should be a 1-d int64 tensor of the new token ids")
+    expected_tokens, expected_score, expected_forwarded = case.expected
+    same_tokens = tokens.shape == expected_tokens.shape and np.array_equal(tokens, expected_tokens)
+    if not (same_tokens and np.allclose(to_array(score, case.what), expected_score, rtol=0, atol=case.spec.atol)):
+        found = catalogued(case, (tokens, score))
+        if found:
+            case.fail(found)
+        if same_tokens:
+            case.fail("the tokens are right, but the score is not their summed log-probability divided by the "
+                      "length penalty ((5 + n) / 6) ** alpha, as beam_search's")
+        case.fail("it returns another hypothesis than beam_search without a cache: forward the prompt once, then "
+                  "before each step reorder every block's keys and values by the parent index of the surviving "
+                  "beams (index_select on the batch axis), and feed each alive beam's new token")
+    forwarded = np.asarray(forwarded).reshape(-1, 2)
+    later = forwarded[1:]
+    if len(later) and later[:, 1].max() > 1:
+        case.fail(RECOMPUTED.format(cols=int(later[:, 1].max())))
+    if len(forwarded) > len(expected_forwarded) + 2:
+        case.fail(PER_BEAM.format(calls=len(forwarded), steps=len(expected_forwarded)))
+
+
+def _recomputed(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """beam_search with forward_cached and no cache: every step forwards the whole beams."""
+    return ref.beam_search(lambda ids: ref.forward_cached(model, ids)[0], prompt, beam_size, max_new_tokens, eos_id,
+                           alpha)
+
+
+@torch.no_grad()
+def _per_beam(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """Each beam's cache kept apart, one forward_cached call per beam and step."""
+    logits, cache = ref.forward_cached(model, prompt[None])
+    alive, finished = [(prompt.tolist(), 0.0, cache, logits[0, -1])], []
+    for step in range(max_new_tokens):
+        logp = torch.stack([torch.log_softmax(last.double(), dim=-1) for _, _, _, last in alive])
+        scores = torch.tensor([score for _, score, _, _ in alive], dtype=torch.float64)[:, None] + logp
+        best = torch.topk(scores.flatten(), min(beam_size, scores.numel())).indices.tolist()
+        grown = []
+        for flat in best:
+            beam, token = divmod(flat, logp.shape[-1])
+            seq, past = alive[beam][0] + [token], alive[beam][2]
+            if token == eos_id:
+                finished.append((seq, scores[beam, token].item()))
+            else:
+                grown.append((seq, scores[beam, token].item(), past))
+        if not grown or step == max_new_tokens - 1:
+            alive = [(seq, score, past, None) for seq, score, past in grown]
+            break
+        alive = []
+        for seq, score, past in grown:
+            logits, cache = ref.forward_cached(model, torch.tensor([[seq[-1]]]), past)
+            alive.append((seq, score, cache, logits[0, -1]))
+    start = len(prompt)
+    ranked = [(score / ref.length_penalty(len(seq) - start, alpha), seq[start:])
+              for seq, score in finished + [(seq, score) for seq, score, _, _ in alive]]
+    score, tokens = max(ranked, key=lambda r: r[0])
+    return torch.tensor(tokens, dtype=torch.int64), score
+
+
+def _finishes_apart(call: Call) -> bool:
+    """On this call, hypotheses finish (write eos_id) at two steps at least."""
+    spec, flat, prompt, beam, steps, eos, alpha = call.args
+    model = _gpt_of(json.loads(spec), _unpack_weights(spec, flat)).double()
+    return len(_trace(model, torch.tensor(prompt), beam, steps, eos, alpha)[2]) > 1
+
+
+def _stops_early(call: Call) -> bool:
+    """On this call, no beam is alive before max_new_tokens steps."""
+    spec, flat, prompt, beam, steps, eos, alpha = call.args
+    model = _gpt_of(json.loads(spec), _unpack_weights(spec, flat)).double()
+    return _trace(model, torch.tensor(prompt), beam, steps, eos, alpha)[4]
+
+
+def _alive_wins(call: Call) -> bool:
+    """On this call, the best hypothesis is one still alive after max_new_tokens steps."""
+    spec, flat, prompt, beam, steps, eos, alpha = call.args
+    model = _gpt_of(json.loads(spec), _unpack_weights(spec, flat)).double()
+    tokens = _trace(model, torch.tensor(prompt), beam, steps, eos, alpha)[0]
+    return len(tokens) == steps and tokens[-1] != eos
+
+
+def _unpack_weights(spec, flat) -> dict:
+    from coursekit.drivers.transformer import _unpack
+
+    return _unpack(spec, flat)
+
+
+def _unreordered_differs(call: Call) -> bool:
+    """A cache not reordered gives another hypothesis or score on this call."""
+    from coursekit.drivers.gpt import beam_cached
+
+    return _apart_answers(*(beam_cached(fn)(*call.args) for fn in (ref.beam_search_cached,
+                                                                    _beam_cached_variant("none"))))
+
+
+BEAM_SEARCH_CACHED = Spec(
+    id="gpt-beam_search_cached",
+    function="beam_search_cached",
+    driver="gpt.beam_cached",
+    inputs=_beam_cached_calls,
+    reference=ref.beam_search_cached,
+    prepare=_beam_cached_answer,
+    judge=_judge_beam_cached,
+    atol=DEEP_ATOL,
+    variant=_beam_cached_variant,
+    depends=("gpt-forward_cached",),
+    knobs=(
+        Knob("reorder", (
+            ("none", "the cache is not reordered: each beam keeps the past of its row, not of the beam it grew "
+                     "from. Before each step, reorder every block's keys and values by the surviving beams' parent "
+                     "index: k.index_select(0, parents), v.index_select(0, parents)"),
+            ("keys", "only the keys are reordered by the parent index: the values keep each row's past. Reorder "
+                     "both, k.index_select(0, parents) and v.index_select(0, parents), in every block"),
+            ("values", "only the values are reordered by the parent index: the keys keep each row's past. Reorder "
+                       "both, k.index_select(0, parents) and v.index_select(0, parents), in every block"),
+            ("after", "the cache is reordered after the new tokens' keys and values are appended: each new token "
+                      "was run against its row's past, not its parent's. Reorder the cache by the parent index "
+                      "first, then call forward_cached with the new tokens"),
+        )),
+    ),
+    mistakes=(
+        Mistake("prompt_last_again", "the prompt's last token is fed again after the prompt's cache: it sits at "
+                                     "two positions, and every new token one position late. The prompt's forward "
+                                     "gives its cache and the logits of its last position; choose the first "
+                                     "tokens from those, then feed only new tokens",
+                _beam_cached_variant(again=True)),
+    ),
+    errors=(
+        Raises("{what} raised {error}: beam_search_cached runs the model only through your forward_cached (the "
+               "prompt once, then one new token per alive beam and step); calling model(ids), or beam_search, "
+               "does not use the cache", match="not model\\(\\.\\.\\.\\)",
+               example=lambda model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6: ref.beam_search(
+                   model, prompt, beam_size, max_new_tokens, eos_id, alpha)),
+        Raises("{what} raised {error}: the cache is not reordered to the alive beams: its batch axis must match "
+               "the new tokens', one row per alive beam. Reorder it with the parent index, k.index_select(0, "
+               "parents), which also repeats the prompt's row for the first beams",
+               match="Sizes of tensors must match|size of tensor",
+               example=lambda model, prompt, *rest: _beam_cached_unrepeated(model, prompt, *rest)),
+    ),
+    diagnosed=(
+        Mistake("recomputed", RECOMPUTED.split("{cols}")[0], _recomputed),
+        Mistake("per_beam", PER_BEAM.split("{calls}")[0], _per_beam),
+    ),
+    equivalent=(
+        ("L11 -1 -> 1 #2", "the log-probabilities are 2-d, (alive, V): dim=1 is dim=-1"),
+        ("L12 torch.tensor([score for _, score in alive], dtype=torch.f... -> torch.tensor([score for _, score in "
+         "alive])", "the running scores rounded to float32 (relative 6e-8) are added to float64 log-probabilities: "
+                    "far below the score's tolerance (1e-4) and the 1e-3 margins the calls are drawn with"),
+        ("L14 -1 -> 1", "logp is 2-d, (alive, V): shape[1] is shape[-1]"),
+        ("L32 max(ranked, key=lambda r: r[0]) -> max(ranked)", "ranked holds (score, tokens): max compares the "
+                                                               "scores first, and the calls are drawn 1e-3 apart"),
+        ("L33 torch.tensor(tokens, dtype=torch.int64) -> torch.tensor(tokens)", "a list of Python ints is int64"),
+    ) + tuple((name, "one more forward pass after the last step, whose logits are never read: the same hypotheses "
+                     "and scores, and one call more than the steps, which the judge allows (nanoGPT's loop, the "
+                     "prompt but its last token first, makes as many); a beam search that stops with none alive "
+                     "still breaks") for name in ("L25 max_new_tokens - 1 -> max_new_tokens + 1",
+                                                 "L25 max_new_tokens - 1 -> max_new_tokens", "L25 1 -> 0")),
+    rules=(
+        Rule("beam_size = 1 is greedy decoding", lambda call: call.args[3] == 1),
+        Rule("a beam larger than the first step's candidates", lambda call: call.args[3] > json.loads(
+            call.args[0])["vocab_size"]),
+        Rule("a prompt of one token", lambda call: len(call.args[2]) == 1),
+        Rule("a prompt of several tokens", lambda call: len(call.args[2]) > 1),
+        Rule("hypotheses finish at different steps", _finishes_apart),
+        Rule("the search stops when no beam is alive", _stops_early),
+        Rule("a hypothesis still alive after max_new_tokens steps can win", _alive_wins),
+        Rule("the cache reordered by the beams' parents", _unreordered_differs),
+    ),
+)
+
+
+@torch.no_grad()
+def _beam_cached_unrepeated(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """The prompt's cache (one row) handed on as it is with the new tokens of several beams."""
+    logits, cache = ref.forward_cached(model, prompt[None])
+    logp = torch.log_softmax(logits[0, -1].double(), dim=-1)
+    top = torch.topk(logp, min(beam_size, len(logp))).indices
+    logits, cache = ref.forward_cached(model, top[:, None], cache)
+    return torch.tensor([int(top[0])]), float(logp[top[0]])
+
+
+SPECS = (BLOCK, GPT, NEXT_TOKEN_LOSS, PERPLEXITY, GPT2_INIT, PARAM_GROUPS, NEXT_TOKEN_PROBS, FORWARD_CACHED, BEAM_SEARCH,
+         BEAM_SEARCH_CACHED, GENERATE_BATCH)

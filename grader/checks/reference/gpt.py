@@ -300,3 +300,38 @@ def generate_batch(model, prompts, max_new_tokens, eos_id, pad_id):
         ids, positions = token[:, None], positions[:, -1:] + 1
         real = torch.cat([real, torch.ones(batch, 1, dtype=torch.bool)], dim=1)
     return tokens
+
+
+@torch.no_grad()
+def beam_search_cached(model, prompt, beam_size, max_new_tokens, eos_id, alpha=0.6):
+    """beam_search with forward_cached: the prompt forwarded once, then one call per step with the
+    new token of each alive beam, (alive, 1), after every block's keys and values are reordered by
+    the beams' parent index (index_select on the batch axis, the beam axis). The same hypotheses
+    and scores as beam_search on the uncached model."""
+    logits, cache = forward_cached(model, prompt[None])                            # (1, prompt_len, V)
+    alive = [(prompt.tolist(), 0.0)]
+    finished = []
+    for step in range(max_new_tokens):
+        logp = torch.log_softmax(logits[:, -1].double(), dim=-1)                  # (alive, V)
+        scores = torch.tensor([score for _, score in alive], dtype=torch.float64)[:, None] + logp
+        best = torch.topk(scores.flatten(), min(beam_size, scores.numel())).indices.tolist()
+        vocab = logp.shape[-1]
+        alive_next, parents = [], []
+        for flat in best:
+            beam, token = divmod(flat, vocab)
+            hypothesis = (alive[beam][0] + [token], scores[beam, token].item())
+            if token == eos_id:
+                finished.append(hypothesis)
+            else:
+                alive_next.append(hypothesis)
+                parents.append(beam)
+        alive = alive_next
+        if not alive or step == max_new_tokens - 1:
+            break
+        index = torch.tensor(parents)
+        cache = [(k.index_select(0, index), v.index_select(0, index)) for k, v in cache]
+        logits, cache = forward_cached(model, torch.tensor([[seq[-1]] for seq, _ in alive]), cache)
+    start = len(prompt)
+    ranked = [(score / length_penalty(len(seq) - start, alpha), seq[start:]) for seq, score in finished + alive]
+    score, tokens = max(ranked, key=lambda r: r[0])
+    return torch.tensor(tokens, dtype=torch.int64), score
