@@ -15,7 +15,7 @@ import numpy as np
 from .encoder import _build, load_by_name
 
 # what to write in __init__ for each parameter's owner (the message of a missing or misshaped name)
-_CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
+_CREATE = {"weight": "self.weight, an nn.Parameter of d_model ones (torch.ones(d_model))",
            "W_gate": "self.W_gate = nn.Linear(d_model, d_ff, bias=False)",
            "W_up": "self.W_up = nn.Linear(d_model, d_ff, bias=False)",
            "W_down": "self.W_down = nn.Linear(d_ff, d_model, bias=False)",
@@ -23,12 +23,12 @@ _CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
            "W_k": "self.W_k = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
            "W_v": "self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
            "W_o": "self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)",
-           "q_norm": "self.q_norm = RMSNorm(head_dim, eps) when qk_norm (and no q_norm otherwise)",
-           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)",
-           "input_norm": "self.input_norm = RMSNorm(d_model, eps)",
-           "post_attention_norm": "self.post_attention_norm = RMSNorm(d_model, eps)",
-           "attention": "self.attention = Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
-           "mlp": "self.mlp = SwiGLU(d_model, d_ff)"}
+           "q_norm": "self.q_norm, an RMSNorm(head_dim, eps), when qk_norm (and no q_norm otherwise)",
+           "k_norm": "self.k_norm, an RMSNorm(head_dim, eps), when qk_norm (and no k_norm otherwise)",
+           "input_norm": "self.input_norm, an RMSNorm(d_model, eps)",
+           "post_attention_norm": "self.post_attention_norm, an RMSNorm(d_model, eps)",
+           "attention": "self.attention, your Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
+           "mlp": "self.mlp, your SwiGLU(d_model, d_ff)"}
 
 
 def _load(module: Any, arrays: dict, owner: str) -> None:
@@ -46,7 +46,7 @@ def _load(module: Any, arrays: dict, owner: str) -> None:
     load_by_name(module, arrays, owner)
 
 
-def _call(module: Any, x: Any) -> Any:
+def _forward(module: Any, x: Any) -> Any:
     import torch
 
     with torch.no_grad():
@@ -61,7 +61,7 @@ def drive_rms_norm(cls: Any) -> Any:
         d_model = int(d_model)
         module = _build(cls, (d_model,), {} if eps is None else {"eps": float(eps)})
         _load(module, {"weight": weight}, f"{getattr(cls, '__name__', 'RMSNorm')}({d_model})")
-        return _call(module, x)
+        return _forward(module, x)
     return run
 
 
@@ -74,7 +74,7 @@ def drive_swiglu(cls: Any) -> Any:
         module = _build(cls, (d_model, d_ff), {})
         _load(module, {"W_gate.weight": W_gate, "W_up.weight": W_up, "W_down.weight": W_down},
               f"{getattr(cls, '__name__', 'SwiGLU')}({d_model}, {d_ff})")
-        return _call(module, x)
+        return _forward(module, x)
     return run
 
 
