@@ -687,6 +687,7 @@ class _LastOnly(ref.Model):
 
 MODEL = Spec(
     id="modern_decoder-Model",
+    submodules=("embedding", "layers.*", "norm", "output"),
     function="Model",
     depends=("modern_decoder-RMSNorm", "modern_decoder-DecoderLayer"),  # built of them
     inputs=_model_calls,
