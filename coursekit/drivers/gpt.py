@@ -245,7 +245,7 @@ def groups(fn: Any) -> Any:
     """A param_groups function -> fn(spec, weight_decay) returning, for each name of a GPT's
     parameters (``layout(spec)``, named_parameters(remove_duplicate=False): a tied weight has two
     names), a float64 row [in how many of the returned groups' params the tensor is, the
-    weight_decay of the first group holding it (NaN if none)]: (names, 2)."""
+    weight_decay of the first group holding it (-1 if none)]: (names, 2)."""
     import torch
 
     def run(spec, weight_decay):

@@ -16,7 +16,7 @@ from .encoder import _build, load_by_name
 from .gpt import check_shared
 
 # what to write in __init__ for each parameter's owner (the message of a missing or misshaped name)
-_CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
+_CREATE = {"weight": "self.weight, an nn.Parameter of d_model ones (torch.ones(d_model))",
            "W_gate": "self.W_gate = nn.Linear(d_model, d_ff, bias=False)",
            "W_up": "self.W_up = nn.Linear(d_model, d_ff, bias=False)",
            "W_down": "self.W_down = nn.Linear(d_ff, d_model, bias=False)",
@@ -24,17 +24,17 @@ _CREATE = {"weight": "self.weight = nn.Parameter(torch.ones(d_model))",
            "W_k": "self.W_k = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
            "W_v": "self.W_v = nn.Linear(d_model, kv_heads * head_dim, bias=False)",
            "W_o": "self.W_o = nn.Linear(heads * head_dim, d_model, bias=False)",
-           "q_norm": "self.q_norm = RMSNorm(head_dim, eps) when qk_norm (and no q_norm otherwise)",
-           "k_norm": "self.k_norm = RMSNorm(head_dim, eps) when qk_norm (and no k_norm otherwise)",
-           "input_norm": "self.input_norm = RMSNorm(d_model, eps)",
-           "post_attention_norm": "self.post_attention_norm = RMSNorm(d_model, eps)",
-           "attention": "self.attention = Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
-           "mlp": "self.mlp = SwiGLU(d_model, d_ff)",
-           "embedding": "self.embedding = nn.Embedding(vocab_size, d_model)",
-           "layers": "self.layers = nn.ModuleList([DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, "
-                     "qk_norm, eps) for _ in range(layers)])",
-           "norm": "self.norm = RMSNorm(d_model, eps) (the final norm)",
-           "output": "self.output = nn.Linear(d_model, vocab_size, bias=False)"}
+           "q_norm": "self.q_norm, an RMSNorm(head_dim, eps), when qk_norm (and no q_norm otherwise)",
+           "k_norm": "self.k_norm, an RMSNorm(head_dim, eps), when qk_norm (and no k_norm otherwise)",
+           "input_norm": "self.input_norm, an RMSNorm(d_model, eps)",
+           "post_attention_norm": "self.post_attention_norm, an RMSNorm(d_model, eps)",
+           "attention": "self.attention, your Attention(d_model, heads, kv_heads, head_dim, rope_theta, qk_norm, eps)",
+           "mlp": "self.mlp, your SwiGLU(d_model, d_ff)",
+           "embedding": "self.embedding, an nn.Embedding(vocab_size, d_model)",
+           "layers": "self.layers, an nn.ModuleList of `layers` DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, "
+                     "rope_theta, qk_norm, eps)",
+           "norm": "self.norm, the final RMSNorm(d_model, eps)",
+           "output": "self.output, an nn.Linear(d_model, vocab_size) without bias"}
 
 
 def _check_names(module: Any, arrays: dict, owner: str) -> None:
@@ -57,7 +57,7 @@ def _load(module: Any, arrays: dict, owner: str) -> None:
     load_by_name(module, arrays, owner)
 
 
-def _call(module: Any, x: Any) -> Any:
+def _forward(module: Any, x: Any) -> Any:
     import torch
 
     with torch.no_grad():
@@ -72,7 +72,7 @@ def drive_rms_norm(cls: Any) -> Any:
         d_model = int(d_model)
         module = _build(cls, (d_model,), {} if eps is None else {"eps": float(eps)})
         _load(module, {"weight": weight}, f"{getattr(cls, '__name__', 'RMSNorm')}({d_model})")
-        return _call(module, x)
+        return _forward(module, x)
     return run
 
 
@@ -85,11 +85,11 @@ def drive_swiglu(cls: Any) -> Any:
         module = _build(cls, (d_model, d_ff), {})
         _load(module, {"W_gate.weight": W_gate, "W_up.weight": W_up, "W_down.weight": W_down},
               f"{getattr(cls, '__name__', 'SwiGLU')}({d_model}, {d_ff})")
-        return _call(module, x)
+        return _forward(module, x)
     return run
 
 
-def _rows(answer: Any, size: int, name: str, returns: str, what: str, width: str) -> tuple:
+def _out_and_caches(answer: Any, size: int, name: str, returns: str, what: str, width: str) -> tuple:
     """(first, second) of a forward's pair, the first a (batch, size, width) tensor: one row per new token."""
     import torch
 
@@ -106,7 +106,7 @@ def _rows(answer: Any, size: int, name: str, returns: str, what: str, width: str
 
 
 def _step(answer: Any, size: int, name: str = "Attention") -> tuple:
-    out, cache = _rows(answer, size, name, "(out, (keys, values))", "an output", "d_model")
+    out, cache = _out_and_caches(answer, size, name, "(out, (keys, values))", "an output", "d_model")
     if not isinstance(cache, (tuple, list)) or len(cache) != 2:
         raise TypeError(f"{name}.forward should return (out, (keys, values)): the cache a pair (keys, values)")
     return out, tuple(cache)
@@ -219,7 +219,7 @@ def _load_model(module: Any, arrays: dict, owner: str) -> None:
 
 
 def _model_step(answer: Any, size: int, layers: int) -> tuple:
-    logits, caches = _rows(answer, size, "Model", "(logits, caches)", "logits", "vocab_size")
+    logits, caches = _out_and_caches(answer, size, "Model", "(logits, caches)", "logits", "vocab_size")
     if (not isinstance(caches, (tuple, list)) or len(caches) != layers
             or not all(isinstance(c, (tuple, list)) and len(c) == 2 for c in caches)):
         raise TypeError(f"Model.forward should return (logits, caches): caches a list of {layers} (keys, values) "
