@@ -678,6 +678,14 @@ def _moe_calls(rng: np.random.Generator) -> list[Call]:
     return calls
 
 
+class _MoeTransposed(ref.SparseMoE):
+    """The router applied as x @ gate.weight: (tokens, d_model) @ (experts, d_model) does not multiply."""
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        return ref.SparseMoE.forward(self, x)[0], flat @ self.gate.weight
+
+
 _RENORM = "sum to 1 over the chosen experts when norm_topk_prob (weights / weights.sum(dim=-1, keepdim=True))"
 
 
@@ -747,6 +755,12 @@ MOE = Spec(
         Knob("aux_probs", (("chosen", "the loss's P_e averages the routing weights of the chosen experts only; "
                                       "P_e is the mean over the tokens of the softmax over ALL experts, "
                                       "softmax(router_logits, dim=-1).mean(dim=0)"),)),
+    ),
+    errors=(
+        Raises("{what} raised {error}. The router's weight uses nn.Linear's layout, (experts, d_model): call the "
+               "layer, self.gate(x), or multiply by the transposed weight, x @ self.gate.weight.T",
+               example=_MoeTransposed, match="cannot be multiplied|mismatch in its core dimension|size mismatch|"
+                                             "must match the size"),
     ),
     mistakes=(
         Mistake("softmax_over_tokens", "the router's softmax runs over the tokens (dim=0); each token's "
