@@ -29,7 +29,7 @@ def words_table(symbols: list, lengths: Any, counts: Any) -> dict:
 
 # The errors below name kinds, never values: a value would show the grader's hidden text.
 
-def _kind(value: Any) -> str:
+def _type_of(value: Any) -> str:
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)} items"
     return f"a {type(value).__name__}"
@@ -37,7 +37,7 @@ def _kind(value: Any) -> str:
 
 def _count(value: Any, owner: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{owner} should map each key to an int count, but one count is {_kind(value)}")
+        raise TypeError(f"{owner} should map each key to an int count, but one count is {_type_of(value)}")
     return int(value)
 
 
@@ -46,7 +46,7 @@ def _symbols(key: Any, owner: str, size: int | None = None) -> tuple:
     if (not isinstance(key, (tuple, list)) or not all(isinstance(s, str) for s in key)
             or (size is not None and len(key) != size) or not key):
         shape = f"a ({', '.join(['str'] * size)}) tuple" if size else "a tuple of str (the symbols)"
-        raise TypeError(f"{owner}: each item should be {shape}, but one is {_kind(key)}")
+        raise TypeError(f"{owner}: each item should be {shape}, but one is {_type_of(key)}")
     return tuple(key)
 
 
@@ -171,7 +171,7 @@ def drive_gpt2_pretokenize(fn: Any) -> Any:
             raise TypeError("gpt2_pretokenize should return a list of str (the pieces), but it returns one str: "
                             "re.findall(pattern, text) gives the list")
         if not isinstance(pieces, (list, tuple)) or not all(isinstance(p, str) for p in pieces):
-            raise TypeError(f"gpt2_pretokenize should return a list of str (the pieces), but it returns {_kind(pieces)}"
+            raise TypeError(f"gpt2_pretokenize should return a list of str (the pieces), but it returns {_type_of(pieces)}"
                             + (" with an item that is no str" if isinstance(pieces, (list, tuple)) else ""))
         if any(p == "" for p in pieces):
             raise TypeError("gpt2_pretokenize returns an empty piece: every piece holds at least one character "
@@ -204,9 +204,9 @@ def _byte_token(value: Any, owner: str) -> str:
         raise TypeError(f"{owner}: a token is a str, not bytes: the symbols are the UTF-8 bytes of the words, "
                         "word.encode('utf-8'), each byte b as bytes([b]), never its characters")
     if isinstance(value, (tuple, list)):
-        raise TypeError(f"{owner}: a token is {_kind(value)}, not bytes: a new token is left + right, the two "
+        raise TypeError(f"{owner}: a token is {_type_of(value)}, not bytes: a new token is left + right, the two "
                         "bytes objects joined into one, never the pair (left, right)")
-    raise TypeError(f"{owner}: a token is {_kind(value)}, not bytes")
+    raise TypeError(f"{owner}: a token is {_type_of(value)}, not bytes")
 
 
 def drive_train_byte_bpe(fn: Any) -> Any:
@@ -218,15 +218,15 @@ def drive_train_byte_bpe(fn: Any) -> Any:
             return None
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise TypeError(f"train_byte_bpe should return two things, (tokens, merges), but it returns "
-                            f"{_kind(result)}")
+                            f"{_type_of(result)}")
         tokens, merges = result
         if not isinstance(tokens, (list, tuple)) or not isinstance(merges, (list, tuple)):
             raise TypeError(f"train_byte_bpe should return (tokens, merges), two lists, but it returns "
-                            f"({_kind(tokens)}, {_kind(merges)})")
+                            f"({_type_of(tokens)}, {_type_of(merges)})")
         for merge in merges:
             if not isinstance(merge, (tuple, list)) or len(merge) != 2:
                 raise TypeError(f"train_byte_bpe's merges: each should be a (left, right) tuple of bytes, but one is "
-                                f"{_kind(merge)}")
+                                f"{_type_of(merge)}")
         return ([_byte_token(t, "train_byte_bpe's tokens") for t in tokens],
                 [_byte_token(m[0], "train_byte_bpe's merges") for m in merges],
                 [_byte_token(m[1], "train_byte_bpe's merges") for m in merges])
@@ -244,6 +244,6 @@ def drive_byte_decode(fn: Any) -> Any:
             raise TypeError("byte_decode should return a str, but it returns bytes: decode the joined bytes once, "
                             "b''.join(...).decode('utf-8', errors='replace')")
         if not isinstance(text, str):
-            raise TypeError(f"byte_decode should return one str, but it returns {_kind(text)}")
+            raise TypeError(f"byte_decode should return one str, but it returns {_type_of(text)}")
         return text
     return run
