@@ -20,7 +20,7 @@ from coursekit.probe import collect
 
 from ..wire import decode_payload
 
-from ._core import Call, Knob, Rule, Spec
+from ._core import Call, Knob, Mistake, Rule, Spec
 from .reference import serving as ref
 
 _ID = "serving-speculative_step"
@@ -82,6 +82,25 @@ def _spec_variant(rule="ratio", offset="same", residual="clamped", bonus="once",
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.int64)
 
     return speculative_step
+
+
+def _residual_row(shift):
+    """The reference, its residual at a rejection at i taken from p[i + shift] (p[-1] is p[k])."""
+
+    def speculative_step(draft_tokens, q, p, generator):
+        k, V = q.shape
+        u = torch.rand(k + 1, generator=generator, dtype=torch.float64)
+        x = draft_tokens.long()
+        for i in range(k):
+            if not u[i] < p[i, x[i]] / q[i, x[i]]:
+                return torch.cat([x[:i], ref._inverse_cdf(torch.clamp(p[i + shift] - q[i], min=0), u[k])])
+        return torch.cat([x, ref._inverse_cdf(p[k], u[k])])
+
+    return speculative_step
+
+
+_RESIDUAL_ROW = ("the residual at a rejection is taken from another row of p than the one that judged the "
+                 "rejected draft: at a rejection of draft_tokens[i], sample from max(0, p[i] - q[i]), the same i")
 
 
 def _distributions(rng, rows, V, near=None):
@@ -147,6 +166,10 @@ SPECULATIVE_STEP = Spec(
     inputs=_step_calls,
     reference=ref.speculative_step,
     variant=_spec_variant,
+    mistakes=(
+        Mistake("residual_next_row", _RESIDUAL_ROW, _residual_row(1)),
+        Mistake("residual_previous_row", _RESIDUAL_ROW, _residual_row(-1)),
+    ),
     equivalent=(
         ("L18 1 -> 2", "drawing k + 2 doubles leaves u[0], ..., u[k] as they were; the extra draw moves only the "
                        "generator's later numbers, which one step's output does not show (the visible test checks "
