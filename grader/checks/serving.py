@@ -36,17 +36,9 @@ def _spec_variant(rule="ratio", offset="same", residual="clamped", bonus="once",
             raise ValueError("draft_tokens should be (k,), q (k, V) and p (k + 1, V)")
         x = draft_tokens.long()
         u = torch.rand(k + 1, generator=generator, dtype=torch.float64) if draws == "upfront" else None
-        used = 0
 
         def uniform(i):
-            nonlocal used
-            used += 1
             return u[i] if u is not None else torch.rand((), generator=generator, dtype=torch.float64)
-
-        def last(w):
-            w = {"clamped": torch.clamp(w, min=0), "unclamped": w, "unnormalised": torch.clamp(w, min=0)}[residual] \
-                if w is not None else None
-            return w
 
         def sample(w, normalise=True):
             v = u[k] if u is not None else torch.rand((), generator=generator, dtype=torch.float64)
@@ -104,7 +96,7 @@ _RESIDUAL_ROW = ("the residual at a rejection is taken from another row of p tha
 
 
 def _distributions(rng, rows, V, near=None):
-    """``rows`` distributions over V tokens, none below 0.02; ``near`` (rows, V): mostly those."""
+    """``rows`` distributions over V tokens, none below 0.015; ``near`` (rows, V): mostly those."""
     d = rng.dirichlet(np.full(V, 0.8), size=rows)
     if near is not None:
         d = 0.75 * near + 0.25 * d
