@@ -19,7 +19,7 @@ from tests.conftest import solution_namespace
 
 @pytest.fixture(scope="module")
 def modern_decoder_notebook() -> dict:
-    """The reference solutions of notebook 15 (RMSNorm, SwiGLU, Attention, DecoderLayer)."""
+    """The reference solutions of notebook 15 (RMSNorm, SwiGLU, Attention, DecoderLayer, Model, SparseMoE)."""
     return solution_namespace("15_modern_decoder")
 
 
@@ -421,6 +421,123 @@ class TiedAlways(_Model):
                          tie_embeddings=True)
 
 
+# ---------------------------------------------------------------- SparseMoE
+
+from grader.checks.reference.modern_decoder import SparseMoE as _Moe  # noqa: E402
+
+
+class HuggingFaceMoe(_Moe):
+    """Qwen3MoeTopKRouter's and Qwen3MoeExperts' forward (the expert mask, index_add_), histc counts in the loss."""
+
+    def forward(self, hidden_states):
+        hidden_dim = hidden_states.shape[-1]
+        flat = hidden_states.view(-1, hidden_dim)
+        router_logits = F.linear(flat, self.gate.weight)
+        router_probs = torch.nn.functional.softmax(router_logits, dtype=torch.float, dim=-1)
+        router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+        final = torch.zeros_like(flat)
+        expert_mask = torch.nn.functional.one_hot(router_indices, num_classes=len(self.experts)).permute(2, 1, 0)
+        for expert_idx in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero():
+            expert_idx = expert_idx[0]
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current = self.experts[expert_idx](flat[token_idx]) * router_top_value[token_idx, top_k_pos, None]
+            final.index_add_(0, token_idx, current)
+        return final.reshape(hidden_states.shape), router_logits
+
+    def load_balancing_loss(self, router_logits):
+        experts = len(self.experts)
+        routing_weights = torch.softmax(router_logits, dim=-1)
+        _, selected = torch.topk(routing_weights, self.top_k, dim=-1)
+        tokens_per_expert = torch.histc(selected.reshape(-1).float(), bins=experts, min=0, max=experts)
+        tokens_per_expert = tokens_per_expert / routing_weights.shape[0]
+        return torch.sum(tokens_per_expert * routing_weights.mean(dim=0)) * experts
+
+
+class DenseMoe(_Moe):
+    """Every expert on every token, the weights scattered into a dense (tokens, experts) matrix; bincount."""
+
+    def forward(self, x):
+        flat = x.flatten(0, -2)
+        logits = flat @ self.gate.weight.T
+        probs = logits.softmax(-1)
+        top = probs.topk(self.top_k)
+        kept = top.values / top.values.sum(-1, keepdim=True) if self.norm_topk_prob else top.values
+        dense = torch.zeros_like(probs).scatter(-1, top.indices, kept)
+        every = torch.stack([expert(flat) for expert in self.experts], dim=1)       # (tokens, experts, d_model)
+        return torch.einsum("te,ted->td", dense, every).reshape(x.shape), logits
+
+    def load_balancing_loss(self, router_logits):
+        probs = router_logits.softmax(-1)
+        counts = torch.bincount(probs.topk(self.top_k).indices.flatten(), minlength=len(self.experts))
+        return len(self.experts) * torch.dot(counts.float() / len(probs), probs.mean(0))
+
+
+class MixtralOrder(_Moe):
+    """With norm_topk_prob, Mixtral's order: the top-k logits, then a softmax over them (the same weights)."""
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.gate(flat)
+        if self.norm_topk_prob:
+            top, chosen = logits.topk(self.top_k, dim=-1)
+            weights = top.softmax(dim=-1)
+        else:
+            weights, chosen = logits.softmax(dim=-1).topk(self.top_k, dim=-1)
+        out = torch.zeros_like(flat)
+        for slot in range(self.top_k):
+            for e in chosen[:, slot].unique().tolist():
+                rows = chosen[:, slot] == e
+                out[rows] += weights[rows, slot, None] * self.experts[e](flat[rows])
+        return out.reshape(x.shape), logits
+
+
+class SoftmaxAfterTopK(MixtralOrder):
+    """Mixtral's order whatever norm_topk_prob says."""
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.gate(flat)
+        top, chosen = logits.topk(self.top_k, dim=-1)
+        weights = top.softmax(dim=-1)
+        out = torch.zeros_like(flat)
+        for t in range(len(flat)):
+            for slot in range(self.top_k):
+                out[t] += weights[t, slot] * self.experts[chosen[t, slot]](flat[t])
+        return out.reshape(x.shape), logits
+
+
+class UnweightedSum(_Moe):
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.gate(flat)
+        chosen = logits.softmax(-1).topk(self.top_k, dim=-1).indices
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token = (chosen == e).any(-1)
+            out[token] += expert(flat[token])
+        return out.reshape(x.shape), logits
+
+
+class LossWithoutExperts(_Moe):
+    def load_balancing_loss(self, router_logits):
+        probs = router_logits.softmax(-1)
+        f = F.one_hot(probs.topk(self.top_k).indices, len(self.experts)).sum(1).float().mean(0)
+        return (f * probs.mean(0)).sum()
+
+
+class ExpertChoice(_Moe):
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.gate(flat)
+        weights, token = logits.softmax(-1).topk(self.top_k, dim=0)        # each expert's top_k tokens
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            out.index_add_(0, token[:, e], expert(flat[token[:, e]]) * weights[:, e, None])
+        return out.reshape(x.shape), logits
+
+
 MISTAKES = {
     "modern_decoder-RMSNorm": [
         (LayerNormNoBias, "it subtracts the mean, as LayerNorm does"),
@@ -458,6 +575,12 @@ MISTAKES = {
         (CopiedNotTied, "tie_embeddings=True, but output.weight is a parameter of its own"),
         (TiedAlways, "output.weight is embedding.weight, but tie_embeddings=False"),
     ],
+    "modern_decoder-SparseMoE": [
+        (SoftmaxAfterTopK, "renormalised although norm_topk_prob=False"),
+        (UnweightedSum, "summed without their routing weights"),
+        (LossWithoutExperts, "lacks its factor experts"),
+        (ExpertChoice, "top-k is taken over the tokens"),
+    ],
 }
 
 VARIANTS = {
@@ -466,6 +589,7 @@ VARIANTS = {
     "modern_decoder-Attention": [HuggingFaceAttention, ComplexAttention, EinsumGroups],
     "modern_decoder-DecoderLayer": [HuggingFaceLayer, SublayerList, InPlaceAdds],
     "modern_decoder-Model": [HuggingFaceModel, FunctionalHead],
+    "modern_decoder-SparseMoE": [HuggingFaceMoe, DenseMoe, MixtralOrder],
 }
 
 globals().update(shared_tests("modern_decoder", MISTAKES, VARIANTS, solutions="modern_decoder_notebook", seeds=6))

@@ -9,7 +9,9 @@ num_attention_heads, num_key_value_heads, hidden_act="silu", rms_norm_eps=1e-6, 
 ``Qwen3Config(...)`` (the same names, ``head_dim`` explicit), ``LlamaRMSNorm(hidden_size, eps=1e-6)``,
 ``LlamaMLP(config)``, ``LlamaAttention(config, layer_idx)``, ``LlamaDecoderLayer(config, layer_idx)``,
 ``LlamaRotaryEmbedding(config)`` and Qwen3's of the same names (``Qwen3Attention`` with ``q_norm``
-and ``k_norm``, RMSNorms over ``head_dim``). About 2 s of CPU (transformers' import): slow."""
+and ``k_norm``, RMSNorms over ``head_dim``); ``Qwen3MoeConfig(..., moe_intermediate_size, num_experts,
+num_experts_per_tok, norm_topk_prob)``, ``Qwen3MoeSparseMoeBlock(config)`` (its experts stacked: ``experts.gate_up_proj``,
+``experts.down_proj``) and ``load_balancing_loss_func``. About 2 s of CPU (transformers' import): slow."""
 from __future__ import annotations
 
 import socket
@@ -119,3 +121,40 @@ def test_the_reference_attention_equals_transformers_step_by_step_with_a_cache(n
             start += new
     torch.testing.assert_close(mine[0], cache.layers[0].keys, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(mine[1], cache.layers[0].values, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("norm_topk_prob", [True, False])
+def test_the_reference_moe_equals_transformers_qwen3_moe_block_and_its_loss(no_network, norm_topk_prob):
+    """grader's reference SparseMoE (modern_decoder-SparseMoE) with Qwen3MoeSparseMoeBlock's weights unstacked
+    (experts.gate_up_proj[e] = W_gate over W_up, experts.down_proj[e] = W_down): the same output and router
+    logits, and its load-balancing loss equal to load_balancing_loss_func's, of one layer's logits and of two
+    layers' (concatenated for ours)."""
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock, load_balancing_loss_func
+
+    from grader.checks.reference.modern_decoder import SparseMoE
+
+    config = Qwen3MoeConfig(vocab_size=32, hidden_size=12, moe_intermediate_size=10, num_experts=6,
+                            num_experts_per_tok=2, norm_topk_prob=norm_topk_prob, num_hidden_layers=1,
+                            num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(2)
+    theirs = Qwen3MoeSparseMoeBlock(config).eval()
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours = SparseMoE(12, 10, 6, 2, norm_topk_prob=norm_topk_prob)
+    state = {"gate.weight": theirs.gate.weight}
+    for e in range(6):
+        gate, up = theirs.experts.gate_up_proj[e].chunk(2, dim=0)
+        state.update({f"experts.{e}.W_gate.weight": gate, f"experts.{e}.W_up.weight": up,
+                      f"experts.{e}.W_down.weight": theirs.experts.down_proj[e]})
+    ours.load_state_dict(state, strict=True)
+    x, y = torch.randn(2, 7, 12), torch.randn(3, 12)
+    with torch.no_grad():
+        out, logits = ours(x)
+        torch.testing.assert_close(out, theirs(x), atol=1e-5, rtol=1e-4)
+        their_logits = theirs.gate(x.reshape(-1, 12))[0]
+        torch.testing.assert_close(logits, their_logits, atol=1e-5, rtol=1e-4)
+        other = theirs.gate(y)[0]
+        torch.testing.assert_close(ours.load_balancing_loss(logits), load_balancing_loss_func((their_logits,), 6, 2))
+        torch.testing.assert_close(ours.load_balancing_loss(torch.cat([logits, other])),
+                                   load_balancing_loss_func((their_logits, other), 6, 2))

@@ -319,6 +319,25 @@ def _model_cache_differs(implementation) -> bool:
     return not np.allclose(_np(torch.cat([first, fourth, fifth], dim=1)), _np(whole), atol=1e-3)
 
 
+def _moe_differs(implementation) -> bool:
+    """Qwen3-MoE's block with norm_topk_prob: each token's top-2 of 4 experts, the weights renormalised, the
+    experts' outputs summed with them (the reference's weights loaded by name, a random batch)."""
+    from grader.checks.reference.modern_decoder import SparseMoE
+
+    torch.manual_seed(12)
+    reference = SparseMoE(3, 5, 4, 2)
+    module = implementation(3, 5, 4, 2)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return True
+    x = torch.randn(2, 6, 3, generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        got = module(x)[0]
+        return not isinstance(got, torch.Tensor) or got.shape != x.shape or not torch.allclose(got, reference(x)[0],
+                                                                                                atol=1e-5)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -363,6 +382,7 @@ PROPERTIES = (
     Property("modern_decoder-Attention", "4 query heads over 2 key/value heads", _attention_groups_not_consecutive),
     Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
     Property("modern_decoder-Model", "3 tokens, then 1 and 1 with the caches", _model_cache_differs),
+    Property("modern_decoder-SparseMoE", "logits (2, 1, 0, -1), top 2, renormalised", _moe_differs),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

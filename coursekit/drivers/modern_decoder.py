@@ -34,7 +34,9 @@ _CREATE = {"weight": "self.weight, an nn.Parameter of d_model ones (torch.ones(d
            "layers": "self.layers, an nn.ModuleList of `layers` DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, "
                      "rope_theta, qk_norm, eps)",
            "norm": "self.norm, the final RMSNorm(d_model, eps)",
-           "output": "self.output, an nn.Linear(d_model, vocab_size) without bias"}
+           "output": "self.output, an nn.Linear(d_model, vocab_size) without bias",
+           "gate": "self.gate, the router: an nn.Linear(d_model, experts) without bias",
+           "experts": "self.experts, an nn.ModuleList of `experts` SwiGLU(d_model, d_ff)"}
 
 
 def _check_names(module: Any, arrays: dict, owner: str) -> None:
@@ -260,4 +262,41 @@ def drive_model(cls: Any) -> Any:
                                lambda answer, size: _model_step(answer, size, sizes[2]))
         return (logits, torch.stack([torch.as_tensor(c[0]) for c in caches]),
                 torch.stack([torch.as_tensor(c[1]) for c in caches]))
+    return run
+
+
+def drive_sparse_moe(cls: Any) -> Any:
+    """A SparseMoE class -> fn(d_model, d_ff, experts, top_k, norm_topk_prob, gate, W_gate, W_up, W_down, x)
+    returning (the output, (..., d_model); the router logits, (tokens, experts); the module's
+    ``load_balancing_loss`` of those logits).
+
+    The module is built as ``cls(d_model, d_ff, experts, top_k)`` (norm_topk_prob None: its default) or
+    ``cls(d_model, d_ff, experts, top_k, norm_topk_prob=...)``, the weights loaded by name (gate.weight,
+    (experts, d_model); experts.E.W_gate.weight, ... from the stacked W_gate (experts, d_ff, d_model), W_up
+    and W_down (experts, d_model, d_ff)), x float32 of shape (..., d_model)."""
+    def run(d_model, d_ff, experts, top_k, norm_topk_prob, gate, W_gate, W_up, W_down, x):
+        import torch
+
+        sizes = tuple(int(n) for n in (d_model, d_ff, experts, top_k))
+        module = _build(cls, sizes, {} if norm_topk_prob is None else {"norm_topk_prob": bool(norm_topk_prob)})
+        arrays = {"gate.weight": gate}
+        for e in range(sizes[2]):
+            arrays.update({f"experts.{e}.W_gate.weight": W_gate[e], f"experts.{e}.W_up.weight": W_up[e],
+                           f"experts.{e}.W_down.weight": W_down[e]})
+        _load(module, arrays, f"{getattr(cls, '__name__', 'SparseMoE')}{sizes}")
+        with torch.no_grad():
+            answer = module(torch.tensor(np.asarray(x), dtype=torch.float32))
+            if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+                kind = "nothing (None): is a `return` missing?" if answer is None else f"a {type(answer).__name__}"
+                raise TypeError(f"SparseMoE.forward should return (out, router_logits), but it returned {kind}")
+            out, logits = answer
+            if not isinstance(logits, torch.Tensor) or logits.shape[-1] != sizes[2]:
+                shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+                raise ValueError(f"SparseMoE.forward returned router logits of shape {shape}; expected (tokens, "
+                                 f"experts): one row of {sizes[2]} logits per token, the tokens flattened in order")
+            logits = logits.reshape(-1, sizes[2])
+            if not callable(getattr(module, "load_balancing_loss", None)):
+                raise AttributeError("SparseMoE has no method load_balancing_loss: define "
+                                     "def load_balancing_loss(self, router_logits) returning the scalar loss")
+            return out, logits, module.load_balancing_loss(logits)
     return run

@@ -738,4 +738,176 @@ MODEL = Spec(
     figures=("modern_decoder-Model-figure",),
 )
 
-SPECS = (RMS_NORM, SWIGLU, ATTENTION, DECODER_LAYER, MODEL)
+# ---------------------------------------------------------------- SparseMoE (Qwen3-MoE's mixture of experts)
+
+def _moe_variant(renorm="flag", topk_dim="experts", weighted="output", pairing="slot", aux_counts="top_k",
+                 aux_scale="experts", aux_probs="all", softmax_dim=-1):
+    """SparseMoE with some choices changed: ``renorm`` of the chosen weights ("flag": when norm_topk_prob;
+    "always"; "never"), ``topk_dim`` ("experts"; "tokens": each expert picks its top_k tokens),
+    ``weighted`` ("output": the expert's output times its weight; "none": unweighted; "input": the token
+    scaled before the expert), ``pairing`` ("slot"; "reversed": slot j's weight given to the expert of slot
+    top_k - 1 - j), and in the auxiliary loss ``aux_counts`` ("top_k"; "top_1": each token's first expert
+    only), ``aux_scale`` ("experts"; "none": no factor; "top_k": divided by top_k), ``aux_probs`` ("all":
+    the softmax over all experts; "chosen": the routing weights of the chosen experts only);
+    ``softmax_dim`` the router's softmax axis (-1; 0: over the tokens)."""
+
+    class SparseMoE(ref.SparseMoE):
+        def route(self, logits):
+            probs = torch.softmax(logits, dim=softmax_dim)
+            if topk_dim == "tokens":
+                weights, chosen = probs.topk(self.top_k, dim=0)           # (top_k, experts): token indices
+            else:
+                weights, chosen = probs.topk(self.top_k, dim=-1)
+            if renorm == "always" or renorm == "flag" and self.norm_topk_prob:
+                weights = weights / weights.sum(dim=-1 if topk_dim == "experts" else 0, keepdim=True)
+            if pairing == "reversed":
+                weights = weights.flip(-1)
+            return probs, weights, chosen
+
+        def forward(self, x):
+            flat = x.reshape(-1, x.shape[-1])
+            logits = self.gate(flat)
+            _, weights, chosen = self.route(logits)
+            out = torch.zeros_like(flat)
+            for e, expert in enumerate(self.experts):
+                if topk_dim == "tokens":
+                    token, w = chosen[:, e], weights[:, e, None]
+                else:
+                    token, slot = torch.where(chosen == e)
+                    w = weights[token, slot, None]
+                if weighted == "input":
+                    out.index_add_(0, token, expert(flat[token] * w))
+                else:
+                    out.index_add_(0, token, expert(flat[token]) * (1.0 if weighted == "none" else w))
+            return out.reshape(x.shape), logits
+
+        def load_balancing_loss(self, router_logits):
+            experts = len(self.experts)
+            probs = torch.softmax(router_logits, dim=-1)
+            weights, chosen = probs.topk(self.top_k, dim=-1)
+            counted = chosen[:, :1] if aux_counts == "top_1" else chosen
+            f = F.one_hot(counted, experts).sum(dim=1).float().mean(dim=0)
+            if aux_probs == "chosen":
+                if self.norm_topk_prob:
+                    weights = weights / weights.sum(dim=-1, keepdim=True)
+                probs = torch.zeros_like(probs).scatter(1, chosen, weights)
+            loss = (f * probs.mean(dim=0)).sum()
+            return {"experts": experts * loss, "none": loss, "top_k": experts * loss / self.top_k}[aux_scale]
+    return SparseMoE
+
+
+def _moe_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (d_model, d_ff, experts, top_k, norm_topk_prob, x's shape)
+    # 1. Qwen3-MoE's default renormalisation (not passed), top 2 of 4, (batch 2, seq_len 5, d_model 6);
+    # 2. norm_topk_prob=False, top 3 of 5, (3, 4, 5); 3. top 1 of 6 (Switch Transformer's), 2-D x (9, 7),
+    # the last expert chosen by no token (its loss's f_e is 0, and one_hot must still have `experts` classes).
+    for d_model, d_ff, experts, top_k, norm, shape in [(6, 5, 4, 2, None, (2, 5, 6)), (5, 7, 5, 3, False, (3, 4, 5)),
+                                                       (7, 4, 6, 1, True, (9, 7))]:
+        gate = rng.normal(scale=2.0 / np.sqrt(d_model), size=(experts, d_model))
+        W_gate = rng.normal(scale=2 / np.sqrt(d_model), size=(experts, d_ff, d_model))
+        W_up = rng.normal(scale=1 / np.sqrt(d_model), size=(experts, d_ff, d_model))
+        W_down = rng.normal(scale=1 / np.sqrt(d_ff), size=(experts, d_model, d_ff))
+        x = rng.normal(size=shape) * rng.uniform(0.5, 2.0, size=shape[:-1] + (1,))
+        while top_k == 1 and np.any((x @ gate.T).argmax(-1) == experts - 1):
+            gate[-1] = rng.normal(scale=2.0 / np.sqrt(d_model), size=d_model)   # the last expert gets no token
+        options = "" if norm is None else f", norm_topk_prob={norm}"
+        calls.append(Call((d_model, d_ff, experts, top_k, norm, gate, W_gate, W_up, W_down, x),
+                          what=f"SparseMoE(d_model={d_model}, d_ff={d_ff}, experts={experts}, top_k={top_k}"
+                               f"{options}) on x of shape {shape}"))
+    return calls
+
+
+class _MoeTransposed(ref.SparseMoE):
+    """The router applied as x @ gate.weight: (tokens, d_model) @ (experts, d_model) does not multiply."""
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        return ref.SparseMoE.forward(self, x)[0], flat @ self.gate.weight
+
+
+_RENORM = "sum to 1 over the chosen experts when norm_topk_prob (weights / weights.sum(dim=-1, keepdim=True))"
+
+
+MOE = Spec(
+    id="modern_decoder-SparseMoE",
+    submodules=("gate", "experts.*"),
+    function="SparseMoE",
+    depends=("modern_decoder-SwiGLU",),  # each expert is the learner's SwiGLU
+    inputs=_moe_calls,
+    reference=ref.SparseMoE,
+    driver="modern_decoder.drive_sparse_moe",
+    parts=("output", "router logits", "load-balancing loss"),
+    variant=_moe_variant,
+    equivalent=(
+        ("L19 torch.softmax(logits, dim=-1).topk(self.top_k, dim=-1) -> torch.softmax(logits, dim=-1).topk(self.top_k)",
+         "topk's default dim is the last, the experts"),
+        ("L19 -1 -> 1", "logits is 2-D, (tokens, experts): its axis 1 is its last"),
+        ("L19 -1 -> 1 #2", "the probabilities are 2-D, (tokens, experts): axis 1 is the last"),
+        ("L21 -1 -> 1", "weights is 2-D, (tokens, top_k): axis 1 is its last"),
+        ("L29 -1 -> 1", "router_logits is 2-D, (tokens, experts): the driver hands the module's logits as such"),
+        ("L30 probs.topk(self.top_k, dim=-1) -> probs.topk(self.top_k)", "topk's default dim is the last"),
+        ("L30 -1 -> 1", "probs is 2-D, (tokens, experts): axis 1 is its last"),
+    ),
+    rules=(
+        Rule("norm_topk_prob by default (Qwen3-MoE's True): the chosen weights renormalised",
+             lambda call: call.args[4] is None),
+        Rule("norm_topk_prob=False: the chosen experts' softmax probabilities as they are",
+             lambda call: call.args[4] is False),
+        Rule("top_k of 2 or more, below the number of experts", lambda call: 1 < call.args[3] < call.args[2]),
+        Rule("top_k 1 (Switch Transformer's routing)", lambda call: call.args[3] == 1),
+        Rule("more than two axes: the tokens flattened in order", lambda call: np.ndim(call.args[9]) >= 3),
+        Rule("an expert no token chooses (it gets no tokens; its f_e is 0)",
+             lambda call: len(set((np.asarray(call.args[9]).reshape(-1, call.args[0]) @ call.args[5].T)
+                                  .argsort(-1)[:, -call.args[3]:].ravel().tolist())) < call.args[2]),
+        Rule("experts != top_k != d_model (each factor of the loss shows)",
+             lambda call: len({call.args[2], call.args[3], call.args[0]}) == 3),
+    ),
+    knobs=(
+        Knob("renorm", (
+            ("always", "the chosen weights are renormalised although norm_topk_prob=False (or the softmax is "
+                       "taken over the top-k logits only, Mixtral's order): with norm_topk_prob=False each chosen "
+                       "expert keeps its softmax probability over ALL experts; " + _RENORM),
+            ("never", "the chosen weights are not renormalised: with norm_topk_prob (Qwen3-MoE's default, True) "
+                      "they must " + _RENORM),
+        )),
+        Knob("topk_dim", (("tokens", "top-k is taken over the tokens (dim=0), each expert picking its top_k tokens "
+                                     "(expert-choice routing); Qwen3-MoE's router picks each token's top_k experts: "
+                                     "probs.topk(top_k, dim=-1)"),)),
+        Knob("weighted", (
+            ("none", "the experts' outputs are summed without their routing weights: each chosen expert's output "
+                     "is multiplied by its weight, sum_i w_i * expert_i(x)"),
+            ("input", "the routing weight scales the token before the expert, expert(w * x); it scales the "
+                      "expert's output, w * expert(x): SwiGLU is not linear"),
+        )),
+        Knob("pairing", (("reversed", "the routing weights go to the wrong experts: the weight in slot j of "
+                                      "topk belongs to the expert in slot j of its indices, "
+                                      "weights[token, slot] for chosen[token, slot]"),)),
+        Knob("aux_counts", (("top_1", "the loss counts only each token's first expert; load_balancing_loss_func "
+                                      "counts all top_k choices: f_e = (tokens with e among their top_k) / tokens"),)),
+        Knob("aux_scale", (
+            ("none", "the load-balancing loss lacks its factor experts: experts * sum_e f_e * P_e (1 when the load "
+                     "is balanced and top_k = 1)"),
+            ("top_k", "the load-balancing loss is divided by top_k (f normalised to sum to 1); "
+                      "load_balancing_loss_func's f_e = (tokens with e among their top_k) / tokens sums to top_k: "
+                      "experts * sum_e f_e * P_e"),
+        )),
+        Knob("aux_probs", (("chosen", "the loss's P_e averages the routing weights of the chosen experts only; "
+                                      "P_e is the mean over the tokens of the softmax over ALL experts, "
+                                      "softmax(router_logits, dim=-1).mean(dim=0)"),)),
+    ),
+    errors=(
+        Raises("{what} raised {error}. The router's weight uses nn.Linear's layout, (experts, d_model): call the "
+               "layer, self.gate(x), or multiply by the transposed weight, x @ self.gate.weight.T",
+               example=_MoeTransposed, match="cannot be multiplied|mismatch in its core dimension|size mismatch|"
+                                             "must match the size"),
+    ),
+    mistakes=(
+        Mistake("softmax_over_tokens", "the router's softmax runs over the tokens (dim=0); each token's "
+                "probabilities are over the experts: softmax(router_logits, dim=-1)", _moe_variant(softmax_dim=0)),
+    ),
+    figures=("modern_decoder-SparseMoE-figure",),
+)
+
+
+SPECS = (RMS_NORM, SWIGLU, ATTENTION, DECODER_LAYER, MODEL, MOE)

@@ -134,3 +134,37 @@ class Model(nn.Module):
             x, layer_cache = layer(x, None if cache is None else cache[i])
             caches.append(layer_cache)
         return self.output(self.norm(x)), caches
+
+
+class SparseMoE(nn.Module):
+    """(..., d_model) -> ((..., d_model), (tokens, experts)): Qwen3-MoE's sparse mixture-of-experts
+    feed-forward network (Qwen3MoeSparseMoeBlock): a router ``gate`` (no bias), a softmax over the
+    experts, each token's top_k experts, their weights renormalised to sum to 1 when norm_topk_prob, each
+    expert a SwiGLU, the token's output the weighted sum of its experts' outputs. Also returns the router
+    logits of the tokens flattened in order; ``load_balancing_loss`` is Switch Transformer's auxiliary loss
+    as transformers' load_balancing_loss_func computes it: experts * sum_e f_e * P_e, f_e the fraction of
+    tokens with e among their top_k (they sum to top_k), P_e the mean router probability of e."""
+
+    def __init__(self, d_model, d_ff, experts, top_k, norm_topk_prob=True):
+        super().__init__()
+        self.gate = nn.Linear(d_model, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(d_model, d_ff) for _ in range(experts))
+        self.top_k, self.norm_topk_prob = top_k, norm_topk_prob
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.gate(flat)
+        weights, chosen = torch.softmax(logits, dim=-1).topk(self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(chosen == e)
+            out.index_add_(0, token, expert(flat[token]) * weights[token, slot, None])
+        return out.reshape(x.shape), logits
+
+    def load_balancing_loss(self, router_logits):
+        probs = torch.softmax(router_logits, dim=-1)
+        chosen = probs.topk(self.top_k, dim=-1).indices
+        f = F.one_hot(chosen, len(self.experts)).sum(dim=1).float().mean(dim=0)
+        return len(self.experts) * (f * probs.mean(dim=0)).sum()
