@@ -1,12 +1,24 @@
-"""Drivers of notebook 16 (serving): build the learner's PagedKVCache, run a script of appends,
-gathers and frees on it, and hand back what it gave and what its pool holds.
+"""Drivers of notebook 16 (serving): call the learner's code on the grader's data and hand back what it gives.
 
 They hold no reference and no secret, and judge nothing: their errors name kinds, names and
 shapes, never values.
+
+The paged KV cache: build the learner's PagedKVCache, run a script of appends, gathers and frees on
+it, and hand back what it gave and what its pool holds.
+
+Speculative decoding: ``speculative_step`` draws its uniforms from the torch.Generator it is given,
+``torch.rand(k + 1, generator=generator, dtype=torch.float64)``. A CPU generator's state can be set
+so that those k + 1 numbers are any we choose (the Mersenne Twister's next words, untempered), so
+``output_distribution`` computes the exact distribution of the learner's step: it enumerates the
+draft sequences and, for each, walks u[0], ..., u[k] in turn, finding where the output changes by
+bisection on the 2^53 doubles of [0, 1) (each piece's length is its probability, to float64's
+rounding). No sampling.
 """
 from __future__ import annotations
 
-from typing import Any
+import itertools
+import struct
+from typing import Any, Callable
 
 import numpy as np
 
@@ -14,8 +26,8 @@ from .encoder import _build
 
 APPEND, GATHER, FREE = 0, 1, 2
 
-_CREATE = {"key_blocks": "self.key_blocks = torch.zeros(num_blocks, heads, block_size, d_k)",
-           "value_blocks": "self.value_blocks = torch.zeros(num_blocks, heads, block_size, d_k)",
+_CREATE = {"key_blocks": "self.key_blocks, a float32 tensor of zeros, (num_blocks, heads, block_size, d_k)",
+           "value_blocks": "self.value_blocks, a float32 tensor of zeros, (num_blocks, heads, block_size, d_k)",
            "free_blocks": "self.free_blocks, a list of the free blocks' ids (all of range(num_blocks) at first)",
            "block_tables": "self.block_tables, a dict: sequence id -> the list of its blocks' ids, in order"}
 
@@ -100,4 +112,150 @@ def drive_paged_kv_cache(cls: Any) -> Any:
             counts.append((num_blocks - len(_attribute(cache, "free_blocks")), len(held), len(set(held))))
         parts = [np.concatenate([g[i] for g in gathered], axis=1) for i in range(4)]
         return (*parts, np.array(counts, dtype=np.int64))
+    return run
+
+
+_ULPS = 2 ** 53          # torch.rand's doubles are m / 2^53, m in [0, 2^53)
+
+
+def _untemper(y: int) -> int:
+    """The Mersenne Twister word whose tempered output is ``y``."""
+    y ^= y >> 18
+    y ^= (y << 15) & 0xEFC60000
+    r = y
+    for _ in range(5):
+        r = y ^ ((r << 7) & 0x9D2C5680)
+    y = r & 0xFFFFFFFF
+    r = y
+    for _ in range(3):
+        r = y ^ (r >> 11)
+    return r & 0xFFFFFFFF
+
+
+class _Crafted:
+    """torch.Generators whose next doubles from torch.rand(n, dtype=torch.float64) are chosen
+    (``ms``: each m / 2^53, m an int below 2^53)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.base = bytearray(bytes(torch.Generator().manual_seed(0).get_state().numpy()))
+        seed = struct.unpack_from("<Q", self.base, 0)[0]
+        struct.pack_into("<QiiQ", self.base, 0, seed, 624, 1, 0)   # 623 words left before the next twist
+
+    def __call__(self, ms: tuple) -> Any:
+        import torch
+
+        raw = bytearray(self.base)
+        for i, m in enumerate(ms):      # a double takes two words: its high 21 bits, then its low 32
+            struct.pack_into("<QQ", raw, 24 + 16 * i, _untemper(m >> 32), _untemper(m & 0xFFFFFFFF))
+        generator = torch.Generator()
+        generator.set_state(torch.frombuffer(raw, dtype=torch.uint8).clone())
+        return generator
+
+
+def uniform_generator(uniforms: Any) -> Any:
+    """A CPU torch.Generator whose next ``torch.rand(n, generator=..., dtype=torch.float64)`` draws are
+    ``uniforms`` (at most 300 numbers in [0, 1), each rounded down to a multiple of 2^-53), then
+    the Mersenne Twister's own. For tests a learner can check by hand."""
+    ms = tuple(int(float(u) * _ULPS) for u in np.asarray(uniforms, dtype=np.float64).reshape(-1))
+    if len(ms) > 300 or any(not 0 <= m < _ULPS for m in ms):
+        raise ValueError("uniform_generator takes at most 300 numbers, each in [0, 1)")
+    return _Crafted()(ms)
+
+
+def _tokens(answer: Any) -> tuple:
+    import torch
+
+    if not isinstance(answer, torch.Tensor) or answer.dim() != 1 or answer.dtype.is_floating_point:
+        kind = "None: is a `return` missing?" if answer is None else (
+            f"a tensor of shape {tuple(answer.shape)} and dtype {answer.dtype}" if isinstance(answer, torch.Tensor)
+            else f"a {type(answer).__name__}")
+        raise TypeError(f"speculative_step should return a 1-d int64 tensor of tokens, but it returned {kind}")
+    return tuple(int(t) for t in answer)
+
+
+def output_distribution(step: Callable, draft_tokens: Any, q: Any, p: Any) -> dict:
+    """{output tokens: probability} of ``step(draft_tokens, q, p, generator)`` over its k + 1 uniforms,
+    exact to float64's rounding: the output as a function of u[0], then u[1] given u[0], ..., is cut
+    where it changes (bisection), each piece weighted by its length. Assumes, as every step here does,
+    that where u[j] cuts does not depend on u[j + 1], ..., and that each output takes one interval of u[j]."""
+    crafted = _Crafted()
+    k = int(np.shape(q)[0])
+    top = _ULPS - 1
+
+    def run(ms):
+        return _tokens(step(draft_tokens, q, p, crafted(ms)))
+
+    found: dict = {}
+
+    def walk(prefix: tuple, mass: float) -> None:
+        j = len(prefix)
+        rest = (0,) * (k - j)
+        start, out = 0, run(prefix + (0,) + rest)
+        while True:
+            end_out = run(prefix + (top,) + rest)
+            if end_out == out:
+                stop = _ULPS
+            else:
+                lo, hi = start, top          # f(lo) == out != f(hi)
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if run(prefix + (mid,) + rest) == out:
+                        lo = mid
+                    else:
+                        hi = mid
+                stop = hi
+            share = mass * (stop - start) / _ULPS
+            if j == k:
+                found[out] = found.get(out, 0.0) + share
+            else:
+                walk(prefix + ((start + stop) // 2,), share)
+            if stop == _ULPS:
+                return
+            start, out = stop, run(prefix + (stop,) + rest)
+
+    walk((), 1.0)
+    return found
+
+
+def sequences(vocab: int, k: int) -> list:
+    """Every output of a step with k drafts over ``vocab`` tokens, by length then in order."""
+    return [s for n in range(1, k + 2) for s in itertools.product(range(vocab), repeat=n)]
+
+
+def exact_step(step: Callable, q: Any, p: Any) -> np.ndarray:
+    """The probability of each of ``sequences(V, k)`` as the step's output, every draft sequence
+    x enumerated with its probability q[0][x_1] ... q[k - 1][x_k] (the draft's rows taken as not
+    depending on earlier drafts) and the step's branches by ``output_distribution``."""
+    import torch
+
+    k, vocab = np.shape(q)
+    qt, pt = torch.tensor(np.asarray(q, dtype=np.float64)), torch.tensor(np.asarray(p, dtype=np.float64))
+    total: dict = {}
+    for draft in itertools.product(range(vocab), repeat=k):
+        weight = float(np.prod([q[i][x] for i, x in enumerate(draft)]))
+        if weight == 0:
+            continue
+        for out, share in output_distribution(step, torch.tensor(draft, dtype=torch.int64), qt, pt).items():
+            total[out] = total.get(out, 0.0) + weight * share
+    return np.array([total.get(s, 0.0) for s in sequences(vocab, k)])
+
+
+def speculative(fn: Any) -> Any:
+    """A speculative_step function -> fn(draft_tokens, q, p, seed): with a seed, the tokens
+    ``fn(draft_tokens, q, p, torch.Generator().manual_seed(seed))`` returns (int64 and float64
+    tensors in); with draft_tokens and seed None, ``exact_step(fn, q, p)``, the exact distribution
+    of its output over every draft sequence."""
+    import torch
+
+    def run(draft_tokens, q, p, seed):
+        if not callable(fn):
+            raise TypeError(f"it should be a function, but it is a {type(fn).__name__}")
+        if seed is None:
+            return exact_step(fn, q, p)
+        generator = torch.Generator().manual_seed(int(seed))
+        return torch.tensor(_tokens(fn(torch.tensor(np.asarray(draft_tokens), dtype=torch.int64),
+                                       torch.tensor(np.asarray(q), dtype=torch.float64),
+                                       torch.tensor(np.asarray(p), dtype=torch.float64), generator)))
     return run
