@@ -119,3 +119,45 @@ def test_the_reference_attention_equals_transformers_step_by_step_with_a_cache(n
             start += new
     torch.testing.assert_close(mine[0], cache.layers[0].keys, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(mine[1], cache.layers[0].values, atol=1e-5, rtol=1e-4)
+
+
+def test_the_reference_latent_attention_equals_deepseek_v2_step_by_step_with_a_cache(no_network):
+    """grader's reference LatentAttention (serving-LatentAttention) with the weights of transformers'
+    ``DeepseekV2Attention(config, layer_idx)`` renamed (``DeepseekV2Config(..., q_lora_rank=None, kv_lora_rank,
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim, num_key_value_heads=num_attention_heads)``; its rotary
+    embedding ``DeepseekV2RotaryEmbedding(config)`` returns complex ``freqs_cis``, the interleaved layout):
+    the same outputs for tokens fed 3 + 1 + 2 at a time, and a DynamicCache holding only the normalized
+    latents and the rotated shared RoPE keys, (batch, 1, positions, d) each."""
+    from transformers import DeepseekV2Config, DynamicCache
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Attention, DeepseekV2RotaryEmbedding
+
+    from grader.checks.reference.serving import LatentAttention
+
+    config = DeepseekV2Config(vocab_size=32, hidden_size=16, intermediate_size=40, num_hidden_layers=1,
+                              num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=6,
+                              qk_nope_head_dim=2, qk_rope_head_dim=4, v_head_dim=5, rope_theta=300.0,
+                              attn_implementation="eager")
+    torch.manual_seed(1)
+    theirs = DeepseekV2Attention(config, layer_idx=0).eval()
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours = LatentAttention(16, 4, 6, 2, 4, 5, rope_theta=300.0)
+    names = {"q_proj": "W_q", "kv_a_proj_with_mqa": "W_dkv", "kv_a_layernorm": "kv_norm", "kv_b_proj": "W_ukv",
+             "o_proj": "W_o"}
+    ours.load_state_dict({names[k.split(".")[0]] + ".weight": v for k, v in theirs.state_dict().items()},
+                         strict=True)
+    rotary, cache, mine, start = DeepseekV2RotaryEmbedding(config), DynamicCache(config=config), None, 0
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        for new in (3, 1, 2):
+            chunk = x[:, start:start + new]
+            allowed = torch.ones(new, start + new, dtype=torch.bool).tril(diagonal=start)
+            mask = torch.zeros(new, start + new).masked_fill(~allowed, float("-inf"))[None, None]
+            expected, _ = theirs(chunk, mask, past_key_values=cache,
+                                 position_embeddings=rotary(chunk, torch.arange(start, start + new)[None].expand(2, new)))
+            got, mine = ours(chunk, mine)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+            start += new
+    assert cache.layers[0].keys.shape == (2, 1, 6, 6) and cache.layers[0].values.shape == (2, 1, 6, 4)
+    torch.testing.assert_close(mine[0], cache.layers[0].keys[:, 0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mine[1], cache.layers[0].values[:, 0], atol=1e-5, rtol=1e-4)

@@ -31,18 +31,22 @@ _CREATE = {"weight": "self.weight, an nn.Parameter of d_model ones (torch.ones(d
            "mlp": "self.mlp, your SwiGLU(d_model, d_ff)"}
 
 
-def _load(module: Any, arrays: dict, owner: str) -> None:
+def _load(module: Any, arrays: dict, owner: str, create: dict | None = None) -> None:
+    """Load ``arrays`` by name; a missing or misshaped name is told what to create (``create``: name ->
+    what it is, default notebook 15's)."""
     import torch
+
+    create = _CREATE if create is None else create
 
     if isinstance(module, torch.nn.Module):
         state = module.state_dict()
         for key in arrays:
             if key not in state:
                 raise AttributeError(f"{owner} has no parameter {key}: create it in __init__ as "
-                                     f"{_CREATE[key.split('.')[0]]}")
+                                     f"{create[key.split('.')[0]]}")
             if tuple(state[key].shape) != tuple(np.shape(arrays[key])):
                 raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(arrays[key]))}, but it has "
-                                 f"{tuple(state[key].shape)}: {_CREATE[key.split('.')[0]]}")
+                                 f"{tuple(state[key].shape)}: {create[key.split('.')[0]]}")
     load_by_name(module, arrays, owner)
 
 
@@ -78,19 +82,19 @@ def drive_swiglu(cls: Any) -> Any:
     return run
 
 
-def _step(answer: Any, size: int, name: str = "Attention") -> tuple:
+def _step(answer: Any, size: int, name: str = "Attention", cache: str = "(keys, values)") -> tuple:
     import torch
 
     if not isinstance(answer, (tuple, list)) or len(answer) != 2:
         kind = "nothing (None): is a `return` missing?" if answer is None else f"a {type(answer).__name__}"
-        raise TypeError(f"{name}.forward should return (out, (keys, values)), but it returned {kind}")
+        raise TypeError(f"{name}.forward should return (out, {cache}), but it returned {kind}")
     out, cache = answer
     if not isinstance(out, torch.Tensor) or out.dim() != 3 or out.shape[1] != size:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"{name}.forward on {size} new token(s) returned an output of shape {shape}; expected "
                          f"(batch, {size}, d_model): one row per new token")
     if not isinstance(cache, (tuple, list)) or len(cache) != 2:
-        raise TypeError(f"{name}.forward should return (out, (keys, values)): the cache a pair (keys, values)")
+        raise TypeError(f"{name}.forward should return (out, {cache}): the cache a pair {cache}")
     return out, tuple(cache)
 
 
