@@ -189,6 +189,15 @@ LATENT_ATTENTION = Spec(
     parts=("output", "cached latents", "cached rope keys"),
     prepare=_cache_size,
     variant=_latent_variant,
+    equivalent=(
+        ("L24 0 -> 1 #2", "cache[1], the cached rope keys, has the cached latents' length: past either way"),
+        ("L24 0 -> -1 #2", "cache is a pair: cache[-1] is cache[1], the rope keys, of the latents' length"),
+        ("L29 torch.arange(0, self.rope_dim, 2, dtype=torch.float32) -> torch.arange(0, self.rope_dim, 2)",
+         "the integers 0, 2, ... divided by rope_dim (true division) are float32 all the same"),
+        ("L30 torch.arange(past, past + new, dtype=torch.float32) -> torch.arange(past, past + new)",
+         "integer positions times the float32 frequencies are float32: the same angles"),
+        ("L31 -1 -> 1", "angles is 2-D, (new_len, rope_dim // 2): its axis 1 is its last"),
+    ),
     rules=(
         Rule("several new tokens after a cache: positions past ... past + new_len - 1, the mask bottom-right",
              lambda call: not call.raises and any(n > 1 for n in _chunks(call)[1:])),
