@@ -106,7 +106,8 @@ class TransformersLatent(_Latent):
         freqs = torch.polar(torch.ones(n, self.rope // 2), torch.outer(torch.arange(past, past + n).float(), inv))
 
         def rotate(t):
-            return torch.view_as_real(torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2)) * freqs).flatten(-2)
+            pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2))
+            return torch.view_as_real(pairs * freqs).flatten(-2)
         q_pe, k_pe = rotate(q_pe.contiguous()), rotate(k_pe.view(b, 1, n, self.rope).contiguous())
         c_kv = c_kv.view(b, 1, n, self.kv_rank)
         if cache is not None:
