@@ -6,7 +6,8 @@ notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's 
 learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
 text through 11's byte-pair encoding; notebook 13 rotates 06's attention and trains 12's blocks
 beside 05's encoding, and notebook 14 measures 06's attention and compares with 04's stable
-softmax. Their helper cells are not typed again: ``course-grader release`` (``make release``)
+softmax; notebook 16 serves a model made of 15's layers. Their helper cells are not typed
+again: ``course-grader release`` (``make release``)
 copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release),
 rewrites the cells in ``solutions/`` and then lets nbgrader generate the student versions,
 so the instructor's source, the student version and ``nbgrader generate_assignment`` agree.
@@ -166,6 +167,19 @@ ASSEMBLIES = (
         (
             Piece("04_softmax", "softmax-stable_softmax"),
             Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+        ),
+    ),
+    Assembly(
+        "16_serving", "serving-helpers",
+        "# Read-only helpers: your RMSNorm, SwiGLU, Attention and DecoderLayer of notebook 15, the layers of the\n"
+        "# model this notebook serves.\n"
+        "# Generated, do not edit: made by `make release` from the solution cells named below;\n"
+        "# change a piece there and release again.",
+        (
+            Piece("15_modern_decoder", "modern_decoder-RMSNorm"),
+            Piece("15_modern_decoder", "modern_decoder-SwiGLU"),
+            Piece("15_modern_decoder", "modern_decoder-Attention"),
+            Piece("15_modern_decoder", "modern_decoder-DecoderLayer"),
         ),
     ),
 )

@@ -61,7 +61,8 @@ COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal
           ("13_rope", "rope-helpers"): ["sinusoidal_encoding", "shift_matrix", "causal_mask", "split_heads", "merge_heads",
                                         "scaled_dot_product_attention", "MultiHeadAttention", "sublayer_connection",
                                         "Block"],
-          ("14_efficient_attention", "efficient_attention-helpers"): ["stable_softmax", "scaled_dot_product_attention"]}
+          ("14_efficient_attention", "efficient_attention-helpers"): ["stable_softmax", "scaled_dot_product_attention"],
+          ("16_serving", "serving-helpers"): ["RMSNorm", "SwiGLU", "Attention", "DecoderLayer"]}
 
 
 def test_every_assembled_cell_is_tested():

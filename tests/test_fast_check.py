@@ -191,6 +191,9 @@ def test_each_notebook_offers_the_check_of_its_first_exercise(assignment):
 
     [path] = (course.NOTEBOOKS / assignment).glob("*.ipynb")
     text = nbformat.read(path, as_version=4).cells[-2].source
+    if not course.sections(assignment):          # a notebook whose exercises are still to come: no call to offer
+        assert "check_my_work(\"" not in text, text
+        return
     [name] = re.findall(r'check_my_work\("(\w+)"\)', text)
     assert kernelcheck.exercise_of(name) == next(iter(course.sections(assignment)))
 
