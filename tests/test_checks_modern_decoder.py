@@ -330,6 +330,97 @@ class OneNorm(_Block):
         return h + self.mlp(self.input_norm(h)), cache
 
 
+# ---------------------------------------------------------------- Model
+
+from grader.checks.reference.modern_decoder import Model as _Model  # noqa: E402
+
+
+class HuggingFaceModel(_Model):
+    """Qwen3Model's loop and Qwen3ForCausalLM's head: hidden_states, a cache or a list of Nones."""
+
+    def forward(self, input_ids, past_key_values=None):
+        hidden_states = self.embedding(input_ids)
+        past_key_values = past_key_values or [None] * len(self.layers)
+        new_cache = []
+        for decoder_layer, layer_past in zip(self.layers, past_key_values):
+            hidden_states, present = decoder_layer(hidden_states, layer_past)
+            new_cache.append(present)
+        hidden_states = self.norm(hidden_states)
+        return self.output(hidden_states), tuple(new_cache)
+
+
+class FunctionalHead(_Model):
+    """The logits by F.linear with the output layer's weight; the caches built by a comprehension-like loop."""
+
+    def forward(self, ids, cache=None):
+        x, caches = F.embedding(ids, self.embedding.weight), []
+        for layer, past in zip(self.layers, cache if cache is not None else [None] * len(self.layers)):
+            x, present = layer(x, past)
+            caches += [present]
+        return F.linear(self.norm(x), self.output.weight), caches
+
+
+class NoFinalNorm(_Model):
+    def forward(self, ids, cache=None):
+        x, caches = self.embedding(ids), []
+        for i, layer in enumerate(self.layers):
+            x, c = layer(x, cache[i] if cache else None)
+            caches.append(c)
+        return self.output(x), caches
+
+
+class GemmaScale(_Model):
+    def forward(self, ids, cache=None):
+        x, caches = self.embedding(ids) * math.sqrt(self.embedding.embedding_dim), []
+        for i, layer in enumerate(self.layers):
+            x, c = layer(x, cache[i] if cache else None)
+            caches.append(c)
+        return self.output(self.norm(x)), caches
+
+
+class LayersWithoutCache(_Model):
+    """The caches collected and returned, but never handed back to the layers."""
+
+    def forward(self, ids, cache=None):
+        x, caches = self.embedding(ids), []
+        for layer in self.layers:
+            x, c = layer(x)
+            caches.append(c)
+        return self.output(self.norm(x)), caches
+
+
+class FirstCacheForAll(_Model):
+    def forward(self, ids, cache=None):
+        x, caches = self.embedding(ids), []
+        for layer in self.layers:
+            x, c = layer(x, cache[0] if cache else None)
+            caches.append(c)
+        return self.output(self.norm(x)), caches
+
+
+class LastLogitsOnly(_Model):
+    def forward(self, ids, cache=None):
+        logits, caches = super().forward(ids, cache)
+        return logits[:, -1, :].unsqueeze(1), caches
+
+
+class CopiedNotTied(_Model):
+    """The embedding's values copied into the output layer: two parameters, not one."""
+
+    def __init__(self, vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta=10000.0,
+                 qk_norm=False, eps=1e-6, tie_embeddings=False):
+        super().__init__(vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps)
+        if tie_embeddings:
+            self.output.weight.data.copy_(self.embedding.weight.data)
+
+
+class TiedAlways(_Model):
+    def __init__(self, vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta=10000.0,
+                 qk_norm=False, eps=1e-6, tie_embeddings=False):
+        super().__init__(vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps,
+                         tie_embeddings=True)
+
+
 MISTAKES = {
     "modern_decoder-RMSNorm": [
         (LayerNormNoBias, "it subtracts the mean, as LayerNorm does"),
@@ -358,6 +449,15 @@ MISTAKES = {
         (ParallelBlock, "the MLP reads the block's input x"),
         (OneNorm, "input_norm comes before both sublayers"),
     ],
+    "modern_decoder-Model": [
+        (NoFinalNorm, "there is no final norm"),
+        (GemmaScale, "the embedding is scaled by sqrt(d_model)"),
+        (LayersWithoutCache, "the layers are called without their cache"),
+        (FirstCacheForAll, "the cache of layer 0 is handed to every layer"),
+        (LastLogitsOnly, "not the last position's only"),
+        (CopiedNotTied, "tie_embeddings=True, but output.weight is a parameter of its own"),
+        (TiedAlways, "output.weight is embedding.weight, but tie_embeddings=False"),
+    ],
 }
 
 VARIANTS = {
@@ -365,6 +465,7 @@ VARIANTS = {
     "modern_decoder-SwiGLU": [HandWrittenSiLU, Functional, Einsum],
     "modern_decoder-Attention": [HuggingFaceAttention, ComplexAttention, EinsumGroups],
     "modern_decoder-DecoderLayer": [HuggingFaceLayer, SublayerList, InPlaceAdds],
+    "modern_decoder-Model": [HuggingFaceModel, FunctionalHead],
 }
 
 globals().update(shared_tests("modern_decoder", MISTAKES, VARIANTS, solutions="modern_decoder_notebook", seeds=6))

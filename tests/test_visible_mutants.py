@@ -343,6 +343,29 @@ def _layer_not_residual(implementation) -> bool:
         return not np.allclose(_np(module(x)[0]), _np(x), atol=1e-6)
 
 
+def _model_cache_differs(implementation) -> bool:
+    """The Llama/Qwen3 model with a cache per layer: 3 + 1 + 1 tokens with the caches give other logits than one
+    call on the whole sequence (weights drawn by the reference)."""
+    from grader.checks.reference.modern_decoder import Model
+
+    torch.manual_seed(12)
+    reference = Model(11, 12, 2, 6, 2, 4, 20)
+    for p in reference.parameters():
+        torch.nn.init.normal_(p)
+    module = implementation(11, 12, 2, 6, 2, 4, 20)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return True
+    ids = torch.randint(0, 11, (2, 5), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        whole = module(ids)[0]
+        first, cache = module(ids[:, :3])
+        fourth, cache = module(ids[:, 3:4], cache)
+        fifth, _ = module(ids[:, 4:], cache)
+    return not np.allclose(_np(torch.cat([first, fourth, fifth], dim=1)), _np(whole), atol=1e-3)
+
+
 @dataclass(frozen=True)
 class Property:
     exercise: str
@@ -386,6 +409,7 @@ PROPERTIES = (
     Property("modern_decoder-Attention", "tokens 4-6 after a cache of 4", _attention_cache_differs),
     Property("modern_decoder-Attention", "4 query heads over 2 key/value heads", _attention_groups_not_consecutive),
     Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
+    Property("modern_decoder-Model", "3 tokens, then 1 and 1 with the caches", _model_cache_differs),
     Property("serving-LatentAttention", "tokens 4-6 after a cache of 4", _latent_cache_differs),
     Property("serving-LatentAttention", "the RoPE key (1, 0, 0, 0) at position 1", _latent_rope_not_interleaved),
     Property("masking-causal_mask", "above the diagonal must be False",

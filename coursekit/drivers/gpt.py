@@ -55,6 +55,24 @@ def _how(name: str) -> str:
     return f"in __init__ as {_CREATE[parts[0]]}" if parts[0] in _CREATE else "as the docstring says"
 
 
+def check_shared(groups: Any, arrays: dict, owner: str, pair: tuple, tied: str, repeated: str, tie: str) -> None:
+    """Each group of names of one tensor (``groups``) must hold exactly one name the grader sends
+    (``arrays``). Two names sent that are one tensor: the embedding and the output layer of ``pair``
+    (their owners) tied when they should not be (error ``tied``), or a layer repeated (``repeated``);
+    no name sent: the output layer untied when it should be tied (``tie``, the hint), or an extra
+    parameter."""
+    for group in groups:
+        sent = [n for n in group if n in arrays]
+        if len(sent) > 1:
+            if {n.split(".")[0] for n in sent} == set(pair):
+                raise ValueError(f"{owner}: {tied}")
+            raise ValueError(f"{owner}: {sent[0]} and {sent[1]} are one tensor. {repeated}")
+        if not sent:
+            extra = group[0]
+            hint = tie if extra == f"{pair[1]}.weight" else "use only the layers the docstring names"
+            raise ValueError(f"{owner} has a parameter the docstring does not name, {extra}: {hint}")
+
+
 def load_by_name(module: Any, arrays: dict, owner: str) -> None:
     """Copy ``arrays`` (dotted name -> array) into ``module``'s parameters of those names.
 
@@ -79,18 +97,10 @@ def load_by_name(module: Any, arrays: dict, owner: str) -> None:
         if tuple(params[key].shape) != tuple(np.shape(array)):
             raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(array))}, but it has "
                              f"{tuple(params[key].shape)}: {_how(key)}")
-    for group in names.values():
-        sent = [n for n in group if n in arrays]
-        if len(sent) > 1:
-            if {n.split(".")[0] for n in sent} == {"tok_embed", "lm_head"}:
-                raise ValueError(f"{owner}: lm_head.weight is tok_embed.weight, but tie_weights=False: tie them "
-                                 "only when tie_weights is True")
-            raise ValueError(f"{owner}: {sent[0]} and {sent[1]} are one tensor. Give every block its own "
-                             "parameters: a new Block per layer, nn.ModuleList([Block(...) for _ in range(layers)])")
-        if not sent:
-            extra = group[0]
-            hint = TIE if extra == "lm_head.weight" else "use only the layers the docstring names"
-            raise ValueError(f"{owner} has a parameter the docstring does not name, {extra}: {hint}")
+    check_shared(names.values(), arrays, owner, ("tok_embed", "lm_head"),
+                 "lm_head.weight is tok_embed.weight, but tie_weights=False: tie them only when tie_weights is True",
+                 "Give every block its own parameters: a new Block per layer, nn.ModuleList([Block(...) for _ in "
+                 "range(layers)])", TIE)
     with torch.no_grad():
         for key, array in arrays.items():
             params[key].copy_(torch.as_tensor(np.asarray(array), dtype=params[key].dtype))

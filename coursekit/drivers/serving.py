@@ -45,7 +45,7 @@ def drive_latent_attention(cls: Any) -> Any:
     """
     import torch
 
-    from .modern_decoder import _step
+    from .modern_decoder import _out_and_caches
 
     def run(d_model, heads, kv_rank, nope_dim, rope_dim, v_dim, rope_theta, eps, W_q, W_dkv, kv_norm, W_ukv, W_o,
             x, chunks):
@@ -62,7 +62,11 @@ def drive_latent_attention(cls: Any) -> Any:
         with torch.no_grad():
             for size in np.asarray(chunks).tolist():
                 answer = module(x[:, start:start + size]) if cache is None else module(x[:, start:start + size], cache)
-                out, cache = _step(answer, size, "LatentAttention", "(latents, rope_keys)")
+                out, cache = _out_and_caches(answer, size, "LatentAttention", "(out, (latents, rope_keys))",
+                                             "an output", "d_model")
+                if not isinstance(cache, (tuple, list)) or len(cache) != 2:
+                    raise TypeError("LatentAttention.forward should return (out, (latents, rope_keys)): the cache a "
+                                    "pair (latents, rope_keys)")
                 outs.append(out)
                 start += size
         return torch.cat(outs, dim=1), _flat(cache[0]), _flat(cache[1])

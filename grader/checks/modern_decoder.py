@@ -598,4 +598,144 @@ DECODER_LAYER = Spec(
     figures=("modern_decoder-DecoderLayer-figure",),
 )
 
-SPECS = (RMS_NORM, SWIGLU, ATTENTION, DECODER_LAYER)
+
+# ---------------------------------------------------------------- Model (Llama 3 / Qwen 3)
+
+def _model_variant(final_norm=True, embed_scale="none", cache="per_layer", eps_to="everywhere"):
+    """Model with some choices changed: no ``final_norm``; ``embed_scale`` ("none"; "sqrt_d_model": the
+    embedding times sqrt(d_model), Gemma's); ``cache`` ("per_layer"; "none": the layers called without a
+    cache, so that new tokens restart at position 0 and forget the earlier ones; "first": the cache of
+    layer 0 handed to every layer); ``eps_to`` ("everywhere"; "not_to_layers": the layers built with their
+    default eps; "not_to_norm": the final norm built with its default)."""
+    handed = cache
+
+    class Model(ref.Model):
+        def __init__(self, vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta=10000.0,
+                     qk_norm=False, eps=1e-6, tie_embeddings=False):
+            super().__init__(vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm,
+                             eps, tie_embeddings)
+            if eps_to == "not_to_layers":
+                self.layers = nn.ModuleList([ref.DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, rope_theta,
+                                                              qk_norm) for _ in range(layers)])
+            if eps_to == "not_to_norm":
+                self.norm = ref.RMSNorm(d_model)
+
+        def forward(self, ids, cache=None):
+            x = self.embedding(ids)
+            if embed_scale == "sqrt_d_model":
+                x = x * math.sqrt(x.shape[-1])
+            caches = []
+            for i, layer in enumerate(self.layers):
+                given = None if cache is None or handed == "none" else cache[0 if handed == "first" else i]
+                x, layer_cache = layer(x, given)
+                caches.append(layer_cache)
+            return self.output(self.norm(x) if final_norm else x), caches
+    return Model
+
+
+def _model_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (batch, vocab, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps, tied, chunks)
+    # 1. Qwen3-like (a small one: tied, QK-norm), heads * head_dim = 16 != d_model = 12, the default theta and eps;
+    # 2. Llama-like (untied, no QK-norm), 3 layers, rope_theta 500, an eps of 1.0, as large as the mean squares
+    # the norms see (so that the final norm's eps, and each layer's, shows).
+    later = tuple(rng.permutation([1, 2]).tolist())
+    setups = [(2, 23, 12, 2, 4, 2, 4, 20, None, True, None, True, (3,) + later),
+              (2, 19, 10, 3, 4, 2, 6, 14, 500.0, False, 1.0, False, (4, 1) + later[:1])]
+    for batch, vocab, d_model, layers, heads, kv_heads, head_dim, d_ff, theta, qk_norm, eps, tied, chunks in setups:
+        def linear(rows, columns, scale=1.0):
+            return rng.normal(scale=scale / np.sqrt(columns), size=(layers, rows, columns))
+
+        def norm(d):
+            return np.stack([_weight(rng, d) for _ in range(layers)])
+        stacked = (norm(d_model), linear(heads * head_dim, d_model), linear(kv_heads * head_dim, d_model),
+                   linear(kv_heads * head_dim, d_model), linear(d_model, heads * head_dim),
+                   norm(head_dim) if qk_norm else None, norm(head_dim) if qk_norm else None,
+                   norm(d_model), linear(d_ff, d_model, 2.0), linear(d_ff, d_model), linear(d_model, d_ff))
+        embedding = rng.normal(size=(vocab, d_model)) * 0.7
+        output = None if tied else rng.normal(scale=1 / np.sqrt(d_model), size=(vocab, d_model))
+        ids = rng.integers(0, vocab, size=(batch, sum(chunks)))
+        options = "".join(f", {name}={value:g}" for name, value in (("rope_theta", theta), ("eps", eps))
+                          if value is not None)
+        calls.append(Call((vocab, d_model, layers, heads, kv_heads, head_dim, d_ff, theta, qk_norm, eps, tied,
+                           embedding) + stacked + (_weight(rng, d_model), output, ids.astype(np.int64),
+                                                   np.array(chunks, dtype=np.int64)),
+                          what=f"Model(vocab_size={vocab}, d_model={d_model}, layers={layers}, heads={heads}, "
+                               f"kv_heads={kv_heads}, head_dim={head_dim}, d_ff={d_ff}{options}, qk_norm={qk_norm}, "
+                               f"tie_embeddings={tied}) on ids of shape {ids.shape} fed "
+                               f"{' + '.join(map(str, chunks))} tokens"))
+    return calls
+
+
+class _NeverTied(ref.Model):
+    """tie_embeddings ignored: the output layer is always its own."""
+
+    def __init__(self, *args, tie_embeddings=False, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class _AlwaysTied(ref.Model):
+    def __init__(self, *args, tie_embeddings=False, **kwargs):
+        super().__init__(*args, tie_embeddings=True, **kwargs)
+
+
+class _LastOnly(ref.Model):
+    def forward(self, ids, cache=None):
+        logits, caches = super().forward(ids, cache)
+        return logits[:, -1:], caches
+
+
+MODEL = Spec(
+    id="modern_decoder-Model",
+    submodules=("embedding", "layers.*", "norm", "output"),
+    function="Model",
+    depends=("modern_decoder-RMSNorm", "modern_decoder-DecoderLayer"),  # built of them
+    inputs=_model_calls,
+    reference=ref.Model,
+    driver="modern_decoder.drive_model",
+    parts=("logits", "cached keys", "cached values"),
+    variant=_model_variant,
+    rules=(
+        Rule("the output layer tied to the embedding (tie_embeddings=True, Qwen 3's small models)",
+             lambda call: bool(call.args[10])),
+        Rule("an output layer of its own (tie_embeddings=False, Llama 3 8B)", lambda call: not call.args[10]),
+        Rule("QK-norm (Qwen 3)", lambda call: call.args[8]),
+        Rule("no QK-norm (Llama)", lambda call: not call.args[8]),
+        Rule("several layers, each with its own cache", lambda call: call.args[2] >= 2),
+        Rule("several tokens at once (a prompt): logits for every position", lambda call: _chunks(call)[0] > 1),
+        Rule("one new token after a cache", lambda call: any(n == 1 for n in _chunks(call)[1:])),
+        Rule("an eps given, as large as the mean squares (the final norm is built with it too)",
+             lambda call: call.args[9] is not None and call.args[9] >= 0.5),
+        Rule("final-norm and layer-norm weights of both signs, none near 1",
+             lambda call: bool(np.min(np.abs(np.asarray(call.args[-4]) - 1)) > 0.1)),
+    ),
+    knobs=(
+        Knob("final_norm", ((False, "there is no final norm: the output layer reads norm(x), the stream after the "
+                                    "last layer normalized by the model's RMSNorm (transformers' model.norm)"),)),
+        Knob("embed_scale", (("sqrt_d_model", "the embedding is scaled by sqrt(d_model), as Gemma (and the 2017 "
+                                              "Transformer) do; Llama and Qwen feed the embedding as it is"),)),
+        Knob("cache", (
+            ("none", "the layers are called without their cache: the new tokens restart at position 0 and see "
+                     "none of the earlier ones; hand layer i its own cache, layer(x, cache[i]), and return the "
+                     "list of the caches the layers returned"),
+            ("first", "the cache of layer 0 is handed to every layer: each layer has its own keys and values, "
+                      "layer(x, cache[i]) for layer i"),
+        )),
+        Knob("eps_to", (
+            ("not_to_layers", "the layers are built without the eps given (their default 1e-6): pass it on, "
+                              "DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps)"),
+            ("not_to_norm", "the final norm is built without the eps given (its default 1e-6): RMSNorm(d_model, "
+                            "eps)"),
+        )),
+    ),
+    errors=(
+        Raises("{what} raised {error}: the model returns logits for every position, (batch, new_len, vocab_size), "
+               "not the last position's only (generation picks the last row itself)", example=_LastOnly,
+               match="one row of logits per new token"),
+        Raises("{what} raised {error}", example=_NeverTied, match="tie_embeddings=True, but output.weight"),
+        Raises("{what} raised {error}", example=_AlwaysTied, match="output.weight is embedding.weight, but"),
+    ),
+    figures=("modern_decoder-Model-figure",),
+)
+
+SPECS = (RMS_NORM, SWIGLU, ATTENTION, DECODER_LAYER, MODEL)

@@ -108,3 +108,29 @@ class DecoderLayer(nn.Module):
         attended, cache = self.attention(self.input_norm(x), cache)
         h = x + attended
         return h + self.mlp(self.post_attention_norm(h)), cache
+
+
+class Model(nn.Module):
+    """(batch, new_len) token ids, caches -> ((batch, new_len, vocab_size) logits, caches): the decoder-only
+    model of Llama 3 and Qwen 3 (LlamaForCausalLM, Qwen3ForCausalLM): the token embedding (no scale, no
+    positions: RoPE is in the attention), ``layers`` DecoderLayers, a final RMSNorm, an output layer without
+    bias, tied to the embedding when tie_embeddings. The caches are one (keys, values) per layer."""
+
+    def __init__(self, vocab_size, d_model, layers, heads, kv_heads, head_dim, d_ff, rope_theta=10000.0,
+                 qk_norm=False, eps=1e-6, tie_embeddings=False):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.layers = nn.ModuleList([DecoderLayer(d_model, heads, kv_heads, head_dim, d_ff, rope_theta, qk_norm, eps)
+                                     for _ in range(layers)])
+        self.norm = RMSNorm(d_model, eps)
+        self.output = nn.Linear(d_model, vocab_size, bias=False)
+        if tie_embeddings:
+            self.output.weight = self.embedding.weight
+
+    def forward(self, ids, cache=None):
+        x = self.embedding(ids)
+        caches = []
+        for i, layer in enumerate(self.layers):
+            x, layer_cache = layer(x, None if cache is None else cache[i])
+            caches.append(layer_cache)
+        return self.output(self.norm(x)), caches
