@@ -82,6 +82,35 @@ def test_llama_and_qwen3_modules_build_and_run_offline_from_a_small_config(no_ne
     assert block(x, attention_mask=mask, position_embeddings=position_embeddings).shape == (2, 5, 16)
 
 
+def _renamed(theirs, ours, names):
+    """transformers' module with weights drawn from seed 1 (std 0.5, norms' weights too), and ours with
+    the same weights, each renamed by ``names`` (their submodule -> ours; a name absent is the same)."""
+    torch.manual_seed(1)
+    theirs = theirs.eval()
+    for p in theirs.parameters():
+        torch.nn.init.normal_(p, std=0.5)
+    ours.load_state_dict({names.get(k.split(".")[0], k.split(".")[0]) + ".weight": v
+                          for k, v in theirs.state_dict().items()}, strict=True)
+    return theirs, ours
+
+
+def _stepped(ours, theirs, x, chunks=(3, 1, 2)):
+    """Feed x (batch, seq_len, d_model) chunk by chunk to our module (with the cache it returns) and to
+    ``theirs(chunk, positions, additive_mask)`` (which keeps its own cache); assert equal outputs at every
+    step; return our last cache."""
+    mine, start, batch = None, 0, x.shape[0]
+    with torch.no_grad():
+        for new in chunks:
+            chunk = x[:, start:start + new]
+            allowed = torch.ones(new, start + new, dtype=torch.bool).tril(diagonal=start)
+            mask = torch.zeros(new, start + new).masked_fill(~allowed, float("-inf"))[None, None]
+            expected = theirs(chunk, torch.arange(start, start + new)[None].expand(batch, new), mask)
+            got, mine = ours(chunk, mine)
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+            start += new
+    return mine
+
+
 @pytest.mark.parametrize("family", ["qwen3", "llama"])
 def test_the_reference_attention_equals_transformers_step_by_step_with_a_cache(no_network, family):
     """grader's reference Attention (modern_decoder-Attention) with transformers' weights renamed: the same
@@ -99,26 +128,12 @@ def test_the_reference_attention_equals_transformers_step_by_step_with_a_cache(n
     config = config_class(vocab_size=32, hidden_size=12, intermediate_size=40, num_hidden_layers=1,
                           num_attention_heads=6, num_key_value_heads=2, head_dim=4, rope_theta=300.0,
                           attn_implementation="eager")
-    torch.manual_seed(1)
-    theirs = attention_class(config, layer_idx=0).eval()
-    for p in theirs.parameters():
-        torch.nn.init.normal_(p, std=0.5)
-    ours = Attention(12, 6, 2, 4, rope_theta=300.0, qk_norm=family == "qwen3")
-    names = {"q_proj": "W_q", "k_proj": "W_k", "v_proj": "W_v", "o_proj": "W_o"}
-    ours.load_state_dict({names.get(k.split(".")[0], k.split(".")[0]) + ".weight": v
-                          for k, v in theirs.state_dict().items()}, strict=True)
-    rotary, cache, mine, start = rotary_class(config), DynamicCache(config=config), None, 0
-    x = torch.randn(2, 6, 12)
-    with torch.no_grad():
-        for new in (3, 1, 2):
-            chunk = x[:, start:start + new]
-            allowed = torch.ones(new, start + new, dtype=torch.bool).tril(diagonal=start)
-            mask = torch.zeros(new, start + new).masked_fill(~allowed, float("-inf"))[None, None]
-            expected, _ = theirs(chunk, rotary(chunk, torch.arange(start, start + new)[None].expand(2, new)), mask,
-                                 past_key_values=cache)
-            got, mine = ours(chunk, mine)
-            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-            start += new
+    theirs, ours = _renamed(attention_class(config, layer_idx=0), Attention(12, 6, 2, 4, rope_theta=300.0,
+                                                                            qk_norm=family == "qwen3"),
+                            {"q_proj": "W_q", "k_proj": "W_k", "v_proj": "W_v", "o_proj": "W_o"})
+    rotary, cache = rotary_class(config), DynamicCache(config=config)
+    mine = _stepped(ours, lambda chunk, positions, mask: theirs(chunk, rotary(chunk, positions), mask,
+                                                                past_key_values=cache)[0], torch.randn(2, 6, 12))
     torch.testing.assert_close(mine[0], cache.layers[0].keys, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(mine[1], cache.layers[0].values, atol=1e-5, rtol=1e-4)
 
@@ -158,3 +173,32 @@ def test_the_reference_moe_equals_transformers_qwen3_moe_block_and_its_loss(no_n
         torch.testing.assert_close(ours.load_balancing_loss(logits), load_balancing_loss_func((their_logits,), 6, 2))
         torch.testing.assert_close(ours.load_balancing_loss(torch.cat([logits, other])),
                                    load_balancing_loss_func((their_logits, other), 6, 2))
+
+
+def test_the_reference_latent_attention_equals_deepseek_v2_step_by_step_with_a_cache(no_network):
+    """grader's reference LatentAttention (serving-LatentAttention) with the weights of transformers'
+    ``DeepseekV2Attention(config, layer_idx)`` renamed (``DeepseekV2Config(..., q_lora_rank=None, kv_lora_rank,
+    qk_nope_head_dim, qk_rope_head_dim, v_head_dim, num_key_value_heads=num_attention_heads)``; its rotary
+    embedding ``DeepseekV2RotaryEmbedding(config)`` returns complex ``freqs_cis``, the interleaved layout):
+    the same outputs for tokens fed 3 + 1 + 2 at a time, and a DynamicCache holding only the normalized
+    latents and the rotated shared RoPE keys, (batch, 1, positions, d) each."""
+    from transformers import DeepseekV2Config, DynamicCache
+    from transformers.models.deepseek_v2.modeling_deepseek_v2 import DeepseekV2Attention, DeepseekV2RotaryEmbedding
+
+    from grader.checks.reference.serving import LatentAttention
+
+    config = DeepseekV2Config(vocab_size=32, hidden_size=16, intermediate_size=40, num_hidden_layers=1,
+                              num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=6,
+                              qk_nope_head_dim=2, qk_rope_head_dim=4, v_head_dim=5, rope_theta=300.0,
+                              attn_implementation="eager")
+    theirs, ours = _renamed(DeepseekV2Attention(config, layer_idx=0),
+                            LatentAttention(16, 4, 6, 2, 4, 5, rope_theta=300.0),
+                            {"q_proj": "W_q", "kv_a_proj_with_mqa": "W_dkv", "kv_a_layernorm": "kv_norm",
+                             "kv_b_proj": "W_ukv", "o_proj": "W_o"})
+    rotary, cache = DeepseekV2RotaryEmbedding(config), DynamicCache(config=config)
+    mine = _stepped(ours, lambda chunk, positions, mask: theirs(chunk, mask, past_key_values=cache,
+                                                                position_embeddings=rotary(chunk, positions))[0],
+                    torch.randn(2, 6, 16))
+    assert cache.layers[0].keys.shape == (2, 1, 6, 6) and cache.layers[0].values.shape == (2, 1, 6, 4)
+    torch.testing.assert_close(mine[0], cache.layers[0].keys[:, 0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mine[1], cache.layers[0].values[:, 0], atol=1e-5, rtol=1e-4)

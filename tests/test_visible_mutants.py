@@ -269,6 +269,53 @@ def _attention_cache_differs(implementation) -> bool:
     return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
 
 
+def _latent(implementation, seed: int):
+    """DeepSeek-V2's latent attention (16, heads 4, kv_rank 6, nope 2, rope 4, v 5) with the reference's weights
+    drawn from ``seed``, or None when they do not load."""
+    from grader.checks.reference.serving import LatentAttention
+
+    torch.manual_seed(seed)
+    reference = LatentAttention(16, 4, 6, 2, 4, 5)
+    for p in reference.parameters():
+        torch.nn.init.normal_(p)
+    module = implementation(16, 4, 6, 2, 4, 5)
+    try:
+        module.load_state_dict(reference.state_dict())
+    except Exception:
+        return None
+    return module
+
+
+def _latent_cache_differs(implementation) -> bool:
+    """Latent attention with its cache: a sequence fed 3 + 1 + 3 tokens gives other outputs than one call."""
+    module = _latent(implementation, 10)
+    if module is None:
+        return True
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(11))
+    with torch.no_grad():
+        want = module(x)[0]
+        outs, cache, start = [], None, 0
+        for size in (3, 1, 3):
+            out, cache = module(x[:, start:start + size], cache)
+            outs.append(out)
+            start += size
+    return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
+
+
+def _latent_rope_not_interleaved(implementation) -> bool:
+    """The RoPE key (1, 0, 0, 0) from W_dkv at every token (theta_0 = 1): its cached rotation at position 1 is
+    not (cos 1, sin 1, 0, 0)."""
+    module = _latent(implementation, 12)
+    if module is None:
+        return True
+    with torch.no_grad():
+        module.W_dkv.weight.zero_()
+        module.W_dkv.weight[6, 0] = 1.0
+        rotated = module(torch.eye(16)[:1].expand(2, 16)[None])[1][1]
+    want = np.array([math.cos(1), math.sin(1), 0.0, 0.0])
+    return not np.allclose(_np(rotated)[0, 1], want, atol=1e-5)
+
+
 def _attention_groups_not_consecutive(implementation) -> bool:
     """Grouped-query heads: with the values of key/value head 1 zero and W_o the identity, query heads 2
     and 3 of 4 (over 2 key/value heads) should come out zero, heads 0 and 1 not."""
@@ -383,6 +430,8 @@ PROPERTIES = (
     Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
     Property("modern_decoder-Model", "3 tokens, then 1 and 1 with the caches", _model_cache_differs),
     Property("modern_decoder-SparseMoE", "logits (2, 1, 0, -1), top 2, renormalised", _moe_differs),
+    Property("serving-LatentAttention", "tokens 4-6 after a cache of 4", _latent_cache_differs),
+    Property("serving-LatentAttention", "the RoPE key (1, 0, 0, 0) at position 1", _latent_rope_not_interleaved),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )

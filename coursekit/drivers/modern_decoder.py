@@ -39,23 +39,25 @@ _CREATE = {"weight": "self.weight, an nn.Parameter of d_model ones (torch.ones(d
            "experts": "self.experts, an nn.ModuleList of `experts` SwiGLU(d_model, d_ff)"}
 
 
-def _check_names(module: Any, arrays: dict, owner: str) -> None:
-    """Every name sent is in ``module``'s state dict (tied names included) with the shape sent."""
+def _check_names(module: Any, arrays: dict, owner: str, create: dict | None = None) -> None:
+    """Every name sent is in ``module``'s state dict (tied names included) with the shape sent; a missing or
+    misshaped name is told what to create (``create``: name -> what it is, default notebook 15's)."""
+    create = _CREATE if create is None else create
     state = module.state_dict()
     for key in arrays:
         if key not in state:
             raise AttributeError(f"{owner} has no parameter {key}: create it in __init__ as "
-                                 f"{_CREATE[key.split('.')[0]]}")
+                                 f"{create[key.split('.')[0]]}")
         if tuple(state[key].shape) != tuple(np.shape(arrays[key])):
             raise ValueError(f"{owner}.{key} should have shape {tuple(np.shape(arrays[key]))}, but it has "
-                             f"{tuple(state[key].shape)}: {_CREATE[key.split('.')[0]]}")
+                             f"{tuple(state[key].shape)}: {create[key.split('.')[0]]}")
 
 
-def _load(module: Any, arrays: dict, owner: str) -> None:
+def _load(module: Any, arrays: dict, owner: str, create: dict | None = None) -> None:
     import torch
 
     if isinstance(module, torch.nn.Module):
-        _check_names(module, arrays, owner)
+        _check_names(module, arrays, owner, create)
     load_by_name(module, arrays, owner)
 
 
