@@ -52,6 +52,23 @@ class Assembly:
     pieces: tuple[Piece, ...]
 
 
+# Pieces that more than one assembled cell copies, in the order the cells hold them.
+BPE_PIECES = (      # notebook 11's byte-pair encoding, with its helpers cell
+    Piece("11_tokenization", "tokenization-helpers"),
+    Piece("11_tokenization", "tokenization-count_pairs"),
+    Piece("11_tokenization", "tokenization-merge_pair"),
+    Piece("11_tokenization", "tokenization-train_bpe"),
+    Piece("11_tokenization", "tokenization-bpe_encode"),
+    Piece("11_tokenization", "tokenization-bpe_decode"),
+)
+ATTENTION_PIECES = (    # notebook 03's causal mask and notebook 06's multi-head attention
+    Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+    Piece("06_multi_head", "multi_head-split_heads"),
+    Piece("06_multi_head", "multi_head-merge_heads"),
+    Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+    Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+)
+
 ASSEMBLIES = (
     Assembly(
         "07_encoder", "encoder-helpers",
@@ -112,14 +129,7 @@ ASSEMBLIES = (
         "# Read-only helpers: byte-pair encoding, your solutions of notebook 11, with its helpers cell.\n"
         "# Generated, do not edit: made by `make release` from the cells named below;\n"
         "# change a piece there and release again.",
-        (
-            Piece("11_tokenization", "tokenization-helpers"),
-            Piece("11_tokenization", "tokenization-count_pairs"),
-            Piece("11_tokenization", "tokenization-merge_pair"),
-            Piece("11_tokenization", "tokenization-train_bpe"),
-            Piece("11_tokenization", "tokenization-bpe_encode"),
-            Piece("11_tokenization", "tokenization-bpe_decode"),
-        ),
+        BPE_PIECES,
     ),
     Assembly(
         "12_gpt", "gpt-model-helpers",
@@ -129,11 +139,7 @@ ASSEMBLIES = (
         "# Mask convention of this course: True = may attend.\n"
         "from coursekit import returns_tensor",
         (
-            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
-            Piece("06_multi_head", "multi_head-split_heads"),
-            Piece("06_multi_head", "multi_head-merge_heads"),
-            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
-            Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+            *ATTENTION_PIECES,
             Piece("06_multi_head", "multi_head-load_torch_weights"),
             Piece("07_encoder", "encoder-sublayer_connection"),
         ),
@@ -177,17 +183,8 @@ ASSEMBLIES = (
         "# imported coursekit.translation as tt. Mask convention of this course: True = may attend.\n"
         "from coursekit import returns_tensor",
         (
-            Piece("11_tokenization", "tokenization-helpers"),
-            Piece("11_tokenization", "tokenization-count_pairs"),
-            Piece("11_tokenization", "tokenization-merge_pair"),
-            Piece("11_tokenization", "tokenization-train_bpe"),
-            Piece("11_tokenization", "tokenization-bpe_encode"),
-            Piece("11_tokenization", "tokenization-bpe_decode"),
-            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
-            Piece("06_multi_head", "multi_head-split_heads"),
-            Piece("06_multi_head", "multi_head-merge_heads"),
-            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
-            Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+            *BPE_PIECES,
+            *ATTENTION_PIECES,
             Piece("07_encoder", "encoder-sublayer_connection"),
             Piece("12_gpt", "gpt-Block"),
             Piece("12_gpt", "gpt-GPT"),
