@@ -6,8 +6,9 @@ notebook 07's Encoder uses 05's positional encoding, notebook 08's decoder 03's 
 learning-rate schedule, and notebook 12's GPT is made of 03's, 06's and 07's pieces and reads
 text through 11's byte-pair encoding; notebook 13 rotates 06's attention and trains 12's blocks
 beside 05's encoding, and notebook 14 measures 06's attention and compares with 04's stable
-softmax; notebook 16 serves a model made of 15's layers. Their helper cells are not typed
-again: ``course-grader release`` (``make release``)
+softmax; notebook 15 trains its modern model beside 12's GPT, on 12's corpus, and notebook 16
+serves a model made of 15's layers. Their helper cells are not typed again: ``course-grader release``
+(``make release``)
 copies the earlier notebooks' own cells into them (d2l's ``#@save``, done at release),
 rewrites the cells in ``solutions/`` and then lets nbgrader generate the student versions,
 so the instructor's source, the student version and ``nbgrader generate_assignment`` agree.
@@ -52,6 +53,23 @@ class Assembly:
     intro: str
     pieces: tuple[Piece, ...]
 
+
+# Pieces that more than one assembled cell copies, in the order the cells hold them.
+BPE_PIECES = (      # notebook 11's byte-pair encoding, with its helpers cell
+    Piece("11_tokenization", "tokenization-helpers"),
+    Piece("11_tokenization", "tokenization-count_pairs"),
+    Piece("11_tokenization", "tokenization-merge_pair"),
+    Piece("11_tokenization", "tokenization-train_bpe"),
+    Piece("11_tokenization", "tokenization-bpe_encode"),
+    Piece("11_tokenization", "tokenization-bpe_decode"),
+)
+ATTENTION_PIECES = (    # notebook 03's causal mask and notebook 06's multi-head attention
+    Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
+    Piece("06_multi_head", "multi_head-split_heads"),
+    Piece("06_multi_head", "multi_head-merge_heads"),
+    Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+    Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+)
 
 ASSEMBLIES = (
     Assembly(
@@ -113,14 +131,7 @@ ASSEMBLIES = (
         "# Read-only helpers: byte-pair encoding, your solutions of notebook 11, with its helpers cell.\n"
         "# Generated, do not edit: made by `make release` from the cells named below;\n"
         "# change a piece there and release again.",
-        (
-            Piece("11_tokenization", "tokenization-helpers"),
-            Piece("11_tokenization", "tokenization-count_pairs"),
-            Piece("11_tokenization", "tokenization-merge_pair"),
-            Piece("11_tokenization", "tokenization-train_bpe"),
-            Piece("11_tokenization", "tokenization-bpe_encode"),
-            Piece("11_tokenization", "tokenization-bpe_decode"),
-        ),
+        BPE_PIECES,
     ),
     Assembly(
         "12_gpt", "gpt-model-helpers",
@@ -130,11 +141,7 @@ ASSEMBLIES = (
         "# Mask convention of this course: True = may attend.\n"
         "from coursekit import returns_tensor",
         (
-            Piece("03_masking", "masking-causal_mask", tensor_dtype="bool"),
-            Piece("06_multi_head", "multi_head-split_heads"),
-            Piece("06_multi_head", "multi_head-merge_heads"),
-            Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
-            Piece("06_multi_head", "multi_head-MultiHeadAttention"),
+            *ATTENTION_PIECES,
             Piece("06_multi_head", "multi_head-load_torch_weights"),
             Piece("07_encoder", "encoder-sublayer_connection"),
         ),
@@ -167,6 +174,25 @@ ASSEMBLIES = (
         (
             Piece("04_softmax", "softmax-stable_softmax"),
             Piece("06_multi_head", "multi_head-helpers", names=("scaled_dot_product_attention",)),
+        ),
+    ),
+    Assembly(
+        "15_modern_decoder", "modern_decoder-demo-gpt-helpers",
+        "# Read-only helpers for section 8: notebook 12's GPT as you wrote it, with the pieces of notebooks 03, 06\n"
+        "# and 07 it is made of, its next-token loss, its corpus in your byte-pair tokens (notebook 11), its batches.\n"
+        "# Generated, do not edit: made by `make release` from the cells named below;\n"
+        "# change a piece there and release again. Building the corpus takes a few seconds; the cell above\n"
+        "# imported coursekit.translation as tt. Mask convention of this course: True = may attend.\n"
+        "from coursekit import returns_tensor",
+        (
+            *BPE_PIECES,
+            *ATTENTION_PIECES,
+            Piece("07_encoder", "encoder-sublayer_connection"),
+            Piece("12_gpt", "gpt-Block"),
+            Piece("12_gpt", "gpt-GPT"),
+            Piece("12_gpt", "gpt-next_token_loss"),
+            Piece("12_gpt", "gpt-corpus"),
+            Piece("12_gpt", "gpt-demo-train", names=("batches",)),
         ),
     ),
     Assembly(

@@ -62,6 +62,11 @@ COPIES = {("09_transformer", "transformer-helpers"): ["causal_mask", "sinusoidal
                                         "scaled_dot_product_attention", "MultiHeadAttention", "sublayer_connection",
                                         "Block"],
           ("14_efficient_attention", "efficient_attention-helpers"): ["stable_softmax", "scaled_dot_product_attention"],
+          ("15_modern_decoder", "modern_decoder-demo-gpt-helpers"): [
+              "pretokenize", "learned_tokens", "shown", "token_name", "count_pairs", "merge_pair", "train_bpe",
+              "bpe_encode", "bpe_decode", "causal_mask", "split_heads", "merge_heads", "scaled_dot_product_attention",
+              "MultiHeadAttention", "sublayer_connection", "Block", "GPT", "next_token_loss",
+              "encode_sentence", "show", "text_of", "batches"],
           ("16_serving", "serving-helpers"): ["RMSNorm", "SwiGLU", "Attention", "DecoderLayer"]}
 
 
@@ -111,15 +116,18 @@ CHANGES = {
                                 "09_transformer", "transformer-helpers"),
     "09's label_smoothed_loss -> 10": ("09_transformer", "transformer-label_smoothed_loss", "    keep = target != pad_id",
                                        "10_seq2seq_rnn", "seq2seq_rnn-recipe-helpers"),
-    "11's train_bpe -> 12": ("11_tokenization", "tokenization-train_bpe", "        merges.append(best)",
-                             "12_gpt", "gpt-bpe-helpers"),
+    "11's train_bpe -> 12 and 15": ("11_tokenization", "tokenization-train_bpe", "        merges.append(best)",
+                                    "12_gpt", "gpt-bpe-helpers", "15_modern_decoder", "modern_decoder-demo-gpt-helpers"),
+    "12's GPT -> 15": ("12_gpt", "gpt-GPT", "        x = self.dropout(", "15_modern_decoder",
+                       "modern_decoder-demo-gpt-helpers"),
 }
 
 
 @pytest.mark.parametrize("change", CHANGES)
 def test_release_copies_a_changed_piece(tmp_path, change):
     """Change a piece in a copy of solutions/: assembling rewrites the cell that copies it, and only that one."""
-    source, piece_cell, line, target, target_cell = CHANGES[change]
+    source, piece_cell, line, *copies = CHANGES[change]
+    targets = list(zip(copies[::2], copies[1::2]))          # (assignment, cell) of every cell that copies the piece
     for assignment in {p.assignment for a in assembled.ASSEMBLIES for p in a.pieces} | {
             a.assignment for a in assembled.ASSEMBLIES}:
         shutil.copytree(course.SOLUTIONS / assignment, tmp_path / assignment)
@@ -129,9 +137,10 @@ def test_release_copies_a_changed_piece(tmp_path, change):
     assert line in cell.source
     cell.source = cell.source.replace(line, "    # a changed line\n" + line)
     nbformat.write(nb, path)
-    assert assembled.stale(tmp_path) == [f"{target}:{target_cell}"]
-    assert assembled.update_sources(tmp_path) == [tmp_path / target / f"{target}.ipynb"]
-    assert "    # a changed line\n" in _helper_cell(tmp_path, target, target_cell)
+    assert assembled.stale(tmp_path) == [f"{target}:{target_cell}" for target, target_cell in targets]
+    assert assembled.update_sources(tmp_path) == [tmp_path / target / f"{target}.ipynb" for target, _ in targets]
+    for target, target_cell in targets:
+        assert "    # a changed line\n" in _helper_cell(tmp_path, target, target_cell)
     assert assembled.stale(tmp_path) == [] and assembled.update_sources(tmp_path) == []
 
 
