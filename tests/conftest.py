@@ -192,8 +192,13 @@ def graded_class(tmp_path_factory) -> dict:
         for assignment_id in course.assignments():
             shutil.copytree(source / assignment_id, submissions / student / assignment_id)
     (submissions / "zz_absent").mkdir()
-    scratch = set(os.listdir(tempfile.gettempdir()))
-    with tamper.serve_cheats(port=0) as cheat:
+    # The batch's own temporary folder, with /tmp's mode (sandboxed kernels run as other uids): what is
+    # left in it is the batch's, never a neighbour's on a shared /tmp. The workers inherit TMPDIR.
+    batch_tmp = Path(tempfile.mkdtemp(prefix="course-batch-"))
+    os.chmod(batch_tmp, 0o1777)
+    with pytest.MonkeyPatch.context() as patch, tamper.serve_cheats(port=0) as cheat:
+        patch.setenv("TMPDIR", str(batch_tmp))
+        patch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
         corpora = {"tamper": tamper.build(submissions, cheat_port=cheat.server_address[1],
                                           private=root / "private"),
                    "malformed": malformed.build(submissions)}
@@ -204,11 +209,13 @@ def graded_class(tmp_path_factory) -> dict:
                            duedates={tamper.ASSIGNMENT: tamper.DUE_DATE},
                            timestamps={("t12_forged_timestamp", tamper.ASSIGNMENT): tamper.TRUE_TIMESTAMP})
         seconds = time.monotonic() - started
+    left_in_tmp = sorted(os.listdir(batch_tmp))
+    shutil.rmtree(batch_tmp, ignore_errors=True)
     return {"rows": {(r.student_id, r.assignment_id): r for r in rows}, "out": root / "course",
             "submissions": submissions, "unchanged": _digest(submissions) == before,
             "corpora": corpora, "cheat_requests": cheat.requests, "seconds": seconds,
             "survivors": _processes_named(harms.SURVIVOR_MARK),
-            "left_in_tmp": sorted(set(os.listdir(tempfile.gettempdir())) - scratch)}
+            "left_in_tmp": left_in_tmp}
 
 
 def _digest(folder: Path) -> dict:
