@@ -244,6 +244,19 @@ def _swiglu_differs(implementation) -> bool:
                                                                                                 atol=1e-5)
 
 
+def _chunks_differ(module, x) -> bool:
+    """x (batch, 7, d_model) fed 3 + 1 + 3 tokens, each call handed the cache the previous one returned,
+    gives other outputs than the module's one call on the whole of x."""
+    with torch.no_grad():
+        want = module(x)[0]
+        outs, cache, start = [], None, 0
+        for size in (3, 1, 3):
+            out, cache = module(x[:, start:start + size], cache)
+            outs.append(out)
+            start += size
+    return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
+
+
 def _attention_cache_differs(implementation) -> bool:
     """Llama/Qwen3 attention with a KV cache: a sequence fed 3 + 1 + 3 tokens (a cache between the calls)
     gives other outputs than the same module's one call on the whole sequence (weights drawn by the reference)."""
@@ -258,15 +271,7 @@ def _attention_cache_differs(implementation) -> bool:
         module.load_state_dict(reference.state_dict())
     except Exception:
         return True
-    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(8))
-    with torch.no_grad():
-        want = module(x)[0]
-        outs, cache, start = [], None, 0
-        for size in (3, 1, 3):
-            out, cache = module(x[:, start:start + size], cache)
-            outs.append(out)
-            start += size
-    return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
+    return _chunks_differ(module, torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(8)))
 
 
 def _latent(implementation, seed: int):
@@ -291,15 +296,7 @@ def _latent_cache_differs(implementation) -> bool:
     module = _latent(implementation, 10)
     if module is None:
         return True
-    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(11))
-    with torch.no_grad():
-        want = module(x)[0]
-        outs, cache, start = [], None, 0
-        for size in (3, 1, 3):
-            out, cache = module(x[:, start:start + size], cache)
-            outs.append(out)
-            start += size
-    return not np.allclose(_np(torch.cat(outs, dim=1)), _np(want), atol=1e-4)
+    return _chunks_differ(module, torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(11)))
 
 
 def _latent_rope_not_interleaved(implementation) -> bool:
