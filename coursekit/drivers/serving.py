@@ -54,14 +54,14 @@ def _pool(cache: Any, name: str, shape: tuple) -> Any:
     return pool
 
 
-def _read(pool: Any, table: list, length: int) -> np.ndarray:
+def _pool_rows(pool: Any, table: list, length: int) -> np.ndarray:
     """The first ``length`` positions a table's blocks hold, in table order: (heads, length, d_k)."""
     rows = [pool[int(block)].detach().numpy() for block in table]              # each (heads, block_size, d_k)
     stacked = np.concatenate(rows, axis=1) if rows else np.zeros(pool.shape[1:2] + (0,) + pool.shape[3:])
     return stacked[:, :length]
 
 
-def _checked(pair: Any, heads: int, length: int, d_k: int) -> tuple:
+def _gathered_pair(pair: Any, heads: int, length: int, d_k: int) -> tuple:
     import torch
 
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
@@ -104,9 +104,9 @@ def drive_paged_kv_cache(cls: Any) -> Any:
                 taken, lengths[seq] = taken + n, lengths.get(seq, 0) + n
             elif op == GATHER:
                 length = lengths.get(seq, 0)
-                got = _checked(cache.gather(seq), heads, length, d_k)
+                got = _gathered_pair(cache.gather(seq), heads, length, d_k)
                 table = list(_attribute(cache, "block_tables")[seq])
-                pooled = tuple(_read(_pool(cache, name, shape), table, length)
+                pooled = tuple(_pool_rows(_pool(cache, name, shape), table, length)
                                for name in ("key_blocks", "value_blocks"))
                 gathered.append(got + pooled)
             else:
@@ -169,7 +169,7 @@ def uniform_generator(uniforms: Any) -> Any:
     return _Crafted()(ms)
 
 
-def _tokens(answer: Any) -> tuple:
+def _drawn_tokens(answer: Any) -> tuple:
     import torch
 
     if not isinstance(answer, torch.Tensor) or answer.dim() != 1 or answer.dtype.is_floating_point:
@@ -190,7 +190,7 @@ def output_distribution(step: Callable, draft_tokens: Any, q: Any, p: Any) -> di
     top = _ULPS - 1
 
     def run(ms):
-        return _tokens(step(draft_tokens, q, p, crafted(ms)))
+        return _drawn_tokens(step(draft_tokens, q, p, crafted(ms)))
 
     found: dict = {}
 
@@ -260,7 +260,7 @@ def speculative(fn: Any) -> Any:
         if seed is None:
             return exact_step(fn, q, p)
         generator = torch.Generator().manual_seed(int(seed))
-        return torch.tensor(_tokens(fn(torch.tensor(np.asarray(draft_tokens), dtype=torch.int64),
+        return torch.tensor(_drawn_tokens(fn(torch.tensor(np.asarray(draft_tokens), dtype=torch.int64),
                                        torch.tensor(np.asarray(q), dtype=torch.float64),
                                        torch.tensor(np.asarray(p), dtype=torch.float64), generator)))
     return run
@@ -277,7 +277,7 @@ _LATENT = {"W_q": "W_q, an nn.Linear from d_model to heads * (nope_dim + rope_di
            "W_o": "W_o, an nn.Linear from heads * v_dim to d_model features, no bias"}
 
 
-def _flat(part: Any) -> Any:
+def _as_array(part: Any) -> Any:
     """A cache part as (batch, positions, features): transformers' single-head view (batch, 1, positions,
     features) is read without its head axis; any other shape is handed back as it is (and judged)."""
     import torch
@@ -322,5 +322,5 @@ def drive_latent_attention(cls: Any) -> Any:
                                     "pair (latents, rope_keys)")
                 outs.append(out)
                 start += size
-        return torch.cat(outs, dim=1), _flat(cache[0]), _flat(cache[1])
+        return torch.cat(outs, dim=1), _as_array(cache[0]), _as_array(cache[1])
     return run
