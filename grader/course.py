@@ -47,9 +47,11 @@ def solution_namespace(assignment_id: str) -> dict:
     namespace: dict = {}
     for cell in nbformat.read(path, as_version=4).cells:
         meta = cell.metadata.get("nbgrader", {})
-        setup = meta.get("locked") and meta.get("grade_id", "").endswith(("-setup", "-data", "-helpers"))
+        grade_id = meta.get("grade_id", "")
+        # a demo's helpers (notebook 15's "-demo-gpt-helpers") need the demo's own settings
+        setup = meta.get("locked") and grade_id.endswith(("-setup", "-data", "-helpers")) and "-demo-" not in grade_id
         if cell.cell_type == "code" and (meta.get("solution") or setup):
-            exec(compile(cell.source, f"{path.name}:{meta.get('grade_id')}", "exec"), namespace)
+            exec(compile(cell.source, f"{path.name}:{grade_id}", "exec"), namespace)
     return namespace
 
 
