@@ -313,6 +313,34 @@ def _latent_rope_not_interleaved(implementation) -> bool:
     return not np.allclose(_np(rotated)[0, 1], want, atol=1e-5)
 
 
+def _first_token_not_target(implementation) -> bool:
+    """Speculative sampling's first token, every draft and every uniform enumerated on fresh q and p
+    (k = 2, V = 4): its distribution is not the target's p[0]."""
+    from coursekit.drivers.serving import output_distribution
+
+    rng = np.random.default_rng(13)
+    q, p = (torch.tensor(rng.dirichlet(np.ones(4), size=rows)) for rows in (2, 3))
+    first = np.zeros(4)
+    for draft in np.ndindex(4, 4):
+        weight = float(q[0, draft[0]] * q[1, draft[1]])
+        for tokens, share in output_distribution(implementation, torch.tensor(draft), q, p).items():
+            first[tokens[0]] += weight * share
+    return not np.allclose(first, _np(p[0]), atol=1e-9)
+
+
+def _paged_out_of_order(implementation) -> bool:
+    """A paged cache of 8 blocks of 2 tokens, one head of one number (the visible test's layout): after
+    appends to 'a' and 'b' in turn, 'a' does not gather its keys in the order appended."""
+    cache = implementation(8, block_size=2, heads=1, d_k=1)
+    appended = []
+    for name, n in (("a", 3), ("b", 1), ("a", 2), ("b", 2), ("a", 1)):
+        keys = torch.randn(1, n, 1, generator=torch.Generator().manual_seed(n + len(appended)))
+        cache.append(name, keys, -keys)
+        if name == "a":
+            appended.append(keys)
+    return not np.allclose(_np(cache.gather("a")[0]).ravel(), _np(torch.cat(appended, dim=1)).ravel())
+
+
 def _attention_groups_not_consecutive(implementation) -> bool:
     """Grouped-query heads: with the values of key/value head 1 zero and W_o the identity, query heads 2
     and 3 of 4 (over 2 key/value heads) should come out zero, heads 0 and 1 not."""
@@ -427,6 +455,9 @@ PROPERTIES = (
     Property("modern_decoder-DecoderLayer", "W_o and W_down zero: both sublayers add 0", _layer_not_residual),
     Property("modern_decoder-Model", "3 tokens, then 1 and 1 with the caches", _model_cache_differs),
     Property("modern_decoder-SparseMoE", "logits (2, 1, 0, -1), top 2, renormalised", _moe_differs),
+    Property("serving-speculative_step", "the first token of a step, over every draft and every uniform",
+             _first_token_not_target),
+    Property("serving-PagedKVCache", "gather('a') gives its keys in the order appended", _paged_out_of_order),
     Property("serving-LatentAttention", "tokens 4-6 after a cache of 4", _latent_cache_differs),
     Property("serving-LatentAttention", "the RoPE key (1, 0, 0, 0) at position 1", _latent_rope_not_interleaved),
     Property("masking-causal_mask", "above the diagonal must be False",
@@ -444,11 +475,13 @@ def _test_cell(exercise: str) -> tuple[str, str, list]:
     raise LookupError(exercise)
 
 
-def _namespace(cells: list) -> dict:
-    """The notebook's state above a test cell, run in process (hidden tests left out, figures off)."""
+def _namespace(cells: list, monkeypatch) -> dict:
+    """The notebook's state above a test cell as the autograder leaves it, run in process (hidden
+    tests left out, figures off, NBGRADER_EXECUTION set: no demo trains a model)."""
     import matplotlib.pyplot as plt
 
     matplotlib.use("Agg")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     namespace: dict = {}
     for cell in cells:
         if cell.cell_type == "code":
@@ -480,13 +513,13 @@ def _cases():
 
 
 @pytest.mark.parametrize("prop", list(_cases()))
-def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop):
+def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop, monkeypatch):
     spec = get(prop.exercise)
     assignment, source, above = _test_cell(prop.exercise)
     line = _assert_line(source, prop.label)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        namespace = _namespace(above)
+        namespace = _namespace(above, monkeypatch)
         broken = []
         for mutant in mutants(spec):
             try:
