@@ -1067,5 +1067,5 @@ VISIBLE_PROPERTIES = [
 
 
 @pytest.mark.parametrize("prop", VISIBLE_PROPERTIES, ids=[p.exercise for p in VISIBLE_PROPERTIES])
-def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop):
-    visible_assert_holds(prop)
+def test_a_visible_assert_naming_a_property_fails_for_every_mutant_that_breaks_it(prop, monkeypatch):
+    visible_assert_holds(prop, monkeypatch)
