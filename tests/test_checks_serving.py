@@ -534,7 +534,7 @@ class IndexedSinks(_Sinks):
         keys = k if self.keys is None else torch.cat([self.keys, k], 2)
         values = v if self.values is None else torch.cat([self.values, v], 2)
         n = keys.shape[2]
-        keep = torch.cat([torch.arange(min(self.n_sink, n)), torch.arange(max(self.n_sink, n - self.window), n)])
+        keep = torch.cat([torch.arange(min(self.n_sink, n)), torch.arange(max(min(self.n_sink, n), n - self.window), n)])
         self.keys, self.values = keys.index_select(2, keep), values.index_select(2, keep)
         m = self.keys.shape[2]
         group = q.shape[1] // k.shape[1]
