@@ -501,6 +501,16 @@ class _Sinks:
         if n != 1 or k.shape != v.shape or k.shape[0] != b or k.shape[2:] != (1, d) or h % k.shape[1]:
             raise ValueError("bad shapes")
 
+    def _joined(self, k, v, evict_past, recent):
+        """The cache with k and v appended; past ``evict_past`` tokens, the first n_sink and the last ``recent``."""
+        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
+        values = v if self.values is None else torch.cat([self.values, v], 2)
+        if keys.shape[2] > evict_past:
+            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, keys.shape[2] - recent:]], 2)
+            values = torch.cat([values[:, :, :self.n_sink], values[:, :, values.shape[2] - recent:]], 2)
+        self.keys, self.values = keys, values
+        return keys, values
+
     def _attend(self, q, keys, values, key_positions, query_position):
         group = q.shape[1] // keys.shape[1]
         keys = _rope(keys, key_positions, self.theta).repeat_interleave(group, 1)
@@ -587,13 +597,7 @@ class SinksInWindow(_Sinks):
     """At most `window` tokens in all: the sinks, then window - n_sink recent."""
 
     def attend(self, q, k, v):
-        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
-        values = v if self.values is None else torch.cat([self.values, v], 2)
-        if keys.shape[2] > self.window:
-            recent = self.window - self.n_sink
-            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, -recent:]], 2)
-            values = torch.cat([values[:, :, :self.n_sink], values[:, :, -recent:]], 2)
-        self.keys, self.values = keys, values
+        keys, values = self._joined(k, v, self.window, self.window - self.n_sink)
         n = keys.shape[2]
         return self._attend(q, keys, values, range(n), n - 1)
 
@@ -603,12 +607,7 @@ class TextPositions(_Sinks):
 
     def attend(self, q, k, v):
         self.seen = getattr(self, "seen", 0) + 1
-        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
-        values = v if self.values is None else torch.cat([self.values, v], 2)
-        if keys.shape[2] > self.n_sink + self.window:
-            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, -self.window:]], 2)
-            values = torch.cat([values[:, :, :self.n_sink], values[:, :, -self.window:]], 2)
-        self.keys, self.values = keys, values
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
         n = keys.shape[2]
         where = list(range(min(self.n_sink, n))) + list(range(self.seen - (n - min(self.n_sink, n)), self.seen))
         return self._attend(q, keys, values, where, self.seen - 1)
@@ -620,12 +619,7 @@ class RotatedThenRotatedAgain(_Sinks):
     def attend(self, q, k, v):
         place = 0 if self.keys is None else min(self.keys.shape[2], self.n_sink + self.window - 1)
         k = _rope(k, [place], self.theta)
-        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
-        values = v if self.values is None else torch.cat([self.values, v], 2)
-        if keys.shape[2] > self.n_sink + self.window:
-            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, -self.window:]], 2)
-            values = torch.cat([values[:, :, :self.n_sink], values[:, :, -self.window:]], 2)
-        self.keys, self.values = keys, values
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
         n = keys.shape[2]
         return self._attend(q, keys, values, range(n), n - 1)
 
@@ -634,12 +628,7 @@ class QueryOnePast(_Sinks):
     """The query rotated at the cache's length (where the next token would go)."""
 
     def attend(self, q, k, v):
-        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
-        values = v if self.values is None else torch.cat([self.values, v], 2)
-        if keys.shape[2] > self.n_sink + self.window:
-            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, -self.window:]], 2)
-            values = torch.cat([values[:, :, :self.n_sink], values[:, :, -self.window:]], 2)
-        self.keys, self.values = keys, values
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
         n = keys.shape[2]
         return self._attend(q, keys, values, range(n), n)
 
@@ -659,12 +648,7 @@ class WindowPlusOne(_Sinks):
     """`if length >= n_sink + window` ... keeps window - 1 recent tokens: off by one."""
 
     def attend(self, q, k, v):
-        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
-        values = v if self.values is None else torch.cat([self.values, v], 2)
-        if keys.shape[2] >= self.n_sink + self.window:
-            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, -(self.window - 1):]], 2)
-            values = torch.cat([values[:, :, :self.n_sink], values[:, :, -(self.window - 1):]], 2)
-        self.keys, self.values = keys, values
+        keys, values = self._joined(k, v, self.n_sink + self.window - 1, self.window - 1)
         n = keys.shape[2]
         return self._attend(q, keys, values, range(n), n - 1)
 
