@@ -477,6 +477,182 @@ class RopeOnWholeHead(_Latent):
         return self.attend(q, k, v), (c_kv, k_rope)
 
 
+# ---------------------------------------------------------------- SinkCache (StreamingLLM)
+
+def _rope(x, positions, theta):
+    """RoPE, halves layout, at the given positions (a learner's helper, written with chunk and outer)."""
+    inv = 1.0 / theta ** (torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])
+    emb = torch.outer(torch.as_tensor(positions).float(), inv).repeat(1, 2)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+
+
+class _Sinks:
+    """What the cases below share: the checks, and attention over the cache rotated at given positions."""
+
+    def __init__(self, n_sink, window, rope_theta=10000.0):
+        if n_sink < 0 or window < 1:
+            raise ValueError("n_sink >= 0, window >= 1")
+        self.n_sink, self.window, self.theta = n_sink, window, rope_theta
+        self.keys = self.values = None
+
+    def _checked(self, q, k, v):
+        b, h, n, d = q.shape
+        if n != 1 or k.shape != v.shape or k.shape[0] != b or k.shape[2:] != (1, d) or h % k.shape[1]:
+            raise ValueError("bad shapes")
+
+    def _joined(self, k, v, evict_past, recent):
+        """The cache with k and v appended; past ``evict_past`` tokens, the first n_sink and the last ``recent``."""
+        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
+        values = v if self.values is None else torch.cat([self.values, v], 2)
+        if keys.shape[2] > evict_past:
+            keys = torch.cat([keys[:, :, :self.n_sink], keys[:, :, keys.shape[2] - recent:]], 2)
+            values = torch.cat([values[:, :, :self.n_sink], values[:, :, values.shape[2] - recent:]], 2)
+        self.keys, self.values = keys, values
+        return keys, values
+
+    def _attend(self, q, keys, values, key_positions, query_position):
+        group = q.shape[1] // keys.shape[1]
+        keys = _rope(keys, key_positions, self.theta).repeat_interleave(group, 1)
+        scores = _rope(q, [query_position], self.theta) @ keys.transpose(-1, -2) * q.shape[-1] ** -0.5
+        return F.softmax(scores, dim=-1) @ values.repeat_interleave(group, 1)
+
+
+class DequeSinks(_Sinks):
+    """The sinks in a list, the window in a deque(maxlen=window) of single tokens; keys and values joined."""
+
+    def __init__(self, n_sink, window, rope_theta=10000.0):
+        super().__init__(n_sink, window, rope_theta)
+        self.sinks, self.recent = [], deque(maxlen=window)
+
+    def attend(self, q, k, v):
+        self._checked(q, k, v)
+        (self.sinks if len(self.sinks) < self.n_sink else self.recent).append((k, v))
+        tokens = self.sinks + list(self.recent)
+        self.keys = torch.cat([t[0] for t in tokens], dim=2)
+        self.values = torch.cat([t[1] for t in tokens], dim=2)
+        n = self.keys.shape[2]
+        return self._attend(q, self.keys, self.values, range(n), n - 1)
+
+
+class IndexedSinks(_Sinks):
+    """Eviction by index arithmetic: the positions to keep as one index tensor, index_select; the attention
+    by einsum with a -inf-free softmax written out."""
+
+    def attend(self, q, k, v):
+        self._checked(q, k, v)
+        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
+        values = v if self.values is None else torch.cat([self.values, v], 2)
+        n = keys.shape[2]
+        keep = torch.cat([torch.arange(min(self.n_sink, n)), torch.arange(max(min(self.n_sink, n), n - self.window), n)])
+        self.keys, self.values = keys.index_select(2, keep), values.index_select(2, keep)
+        m = self.keys.shape[2]
+        group = q.shape[1] // k.shape[1]
+        rotated = _rope(self.keys, range(m), self.theta)
+        rotated = rotated[:, torch.arange(q.shape[1]) // group]
+        scores = torch.einsum("bhqd,bhkd->bhqk", _rope(q, [m - 1], self.theta), rotated) / math.sqrt(q.shape[-1])
+        weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+        weights = weights / weights.sum(-1, keepdim=True)
+        return torch.einsum("bhqk,bhkd->bhqd", weights, self.values[:, torch.arange(q.shape[1]) // group])
+
+
+class RolledSinks(_Sinks):
+    """A fixed buffer of n_sink + window slots filled in place; when full, the window's part is rolled left by one
+    (torch.roll) and the new token written in the last slot. float64 inside."""
+
+    def attend(self, q, k, v):
+        self._checked(q, k, v)
+        size = self.n_sink + self.window
+        if self.keys is None:
+            self.buffer = [torch.zeros(k.shape[:2] + (size, k.shape[3]), dtype=torch.float64) for _ in "kv"]
+            self.filled = 0
+        if self.filled == size:
+            for buf, new in zip(self.buffer, (k, v)):
+                buf[:, :, self.n_sink:] = torch.roll(buf[:, :, self.n_sink:], -1, dims=2)
+                buf[:, :, -1:] = new
+        else:
+            for buf, new in zip(self.buffer, (k, v)):
+                buf[:, :, self.filled:self.filled + 1] = new
+            self.filled += 1
+        self.keys, self.values = (buf[:, :, :self.filled].float() for buf in self.buffer)
+        return self._attend(q.double(), self.buffer[0][:, :, :self.filled], self.buffer[1][:, :, :self.filled],
+                            range(self.filled), self.filled - 1).float()
+
+
+class WindowAlone(_Sinks):
+    """deque(maxlen=n_sink + window): the oldest token evicted, sinks and all."""
+
+    def __init__(self, n_sink, window, rope_theta=10000.0):
+        super().__init__(n_sink, window, rope_theta)
+        self.tokens = deque(maxlen=n_sink + window)
+
+    def attend(self, q, k, v):
+        self.tokens.append((k, v))
+        self.keys, self.values = (torch.cat([t[i] for t in self.tokens], 2) for i in (0, 1))
+        n = self.keys.shape[2]
+        return self._attend(q, self.keys, self.values, range(n), n - 1)
+
+
+class SinksInWindow(_Sinks):
+    """At most `window` tokens in all: the sinks, then window - n_sink recent."""
+
+    def attend(self, q, k, v):
+        keys, values = self._joined(k, v, self.window, self.window - self.n_sink)
+        n = keys.shape[2]
+        return self._attend(q, keys, values, range(n), n - 1)
+
+
+class TextPositions(_Sinks):
+    """The keys rotated at their positions in the stream (a counter), Mistral-style."""
+
+    def attend(self, q, k, v):
+        self.seen = getattr(self, "seen", 0) + 1
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
+        n = keys.shape[2]
+        where = list(range(min(self.n_sink, n))) + list(range(self.seen - (n - min(self.n_sink, n)), self.seen))
+        return self._attend(q, keys, values, where, self.seen - 1)
+
+
+class RotatedThenRotatedAgain(_Sinks):
+    """Each key rotated at its place when it comes, cached so, and rotated again at 0 ... n - 1 when read."""
+
+    def attend(self, q, k, v):
+        place = 0 if self.keys is None else min(self.keys.shape[2], self.n_sink + self.window - 1)
+        k = _rope(k, [place], self.theta)
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
+        n = keys.shape[2]
+        return self._attend(q, keys, values, range(n), n - 1)
+
+
+class QueryOnePast(_Sinks):
+    """The query rotated at the cache's length (where the next token would go)."""
+
+    def attend(self, q, k, v):
+        keys, values = self._joined(k, v, self.n_sink + self.window, self.window)
+        n = keys.shape[2]
+        return self._attend(q, keys, values, range(n), n)
+
+
+class EvictsNewest(_Sinks):
+    """Slices the first n_sink + window tokens: once full, nothing new gets in."""
+
+    def attend(self, q, k, v):
+        keys = k if self.keys is None else torch.cat([self.keys, k], 2)
+        values = v if self.values is None else torch.cat([self.values, v], 2)
+        self.keys, self.values = keys[:, :, :self.n_sink + self.window], values[:, :, :self.n_sink + self.window]
+        n = self.keys.shape[2]
+        return self._attend(q, self.keys, self.values, range(n), n - 1)
+
+
+class WindowPlusOne(_Sinks):
+    """`if length >= n_sink + window` ... keeps window - 1 recent tokens: off by one."""
+
+    def attend(self, q, k, v):
+        keys, values = self._joined(k, v, self.n_sink + self.window - 1, self.window - 1)
+        n = keys.shape[2]
+        return self._attend(q, keys, values, range(n), n - 1)
+
+
 MISTAKES = {
     "serving-PagedKVCache": [
         (BlockPerAppend, "it takes a new block on every append"),
@@ -503,12 +679,22 @@ MISTAKES = {
         (RopeFirstKeys, "the keys are [k_rope, k_nope]"),
         (RopeOnWholeHead, "RoPE rotates each whole head"),
     ],
+    "serving-SinkCache": [
+        (WindowAlone, "the oldest token is evicted, the sinks with it"),
+        (SinksInWindow, "the sinks are counted inside the window"),
+        (TextPositions, "the keys are rotated at their positions in the stream"),
+        (RotatedThenRotatedAgain, "the keys are rotated twice"),
+        (QueryOnePast, "the query is rotated at the cache's length"),
+        (EvictsNewest, "keeps its first n_sink + window tokens and drops the new"),
+        (WindowPlusOne, "the cache keeps window - 1 recent tokens"),
+    ],
 }
 
 VARIANTS = {
     "serving-PagedKVCache": [TokenByToken, DequeFreeList, IndexSelectGather],
     "serving-speculative_step": [with_min_and_counting, vectorised],
     "serving-LatentAttention": [SdpaLatent, TransformersLatent, AbsorbedLatent],
+    "serving-SinkCache": [DequeSinks, IndexedSinks, RolledSinks],
 }
 
 globals().update(shared_tests("serving", MISTAKES, VARIANTS, solutions="serving_notebook", seeds=3))

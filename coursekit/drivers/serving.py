@@ -324,3 +324,43 @@ def drive_latent_attention(cls: Any) -> Any:
                 start += size
         return torch.cat(outs, dim=1), _as_array(cache[0]), _as_array(cache[1])
     return run
+
+
+# ---------------------------------------------------------------- SinkCache (StreamingLLM)
+
+def _stepped(x: Any, steps: int, t: int) -> Any:
+    """The t-th of ``steps`` equal slices of x along its token axis (axis 2)."""
+    width = x.shape[2] // steps
+    return x[:, :, t * width:(t + 1) * width]
+
+
+def drive_sink_cache(cls: Any) -> Any:
+    """A SinkCache class -> fn(n_sink, window, rope_theta, q, k, v, steps) returning (the outputs of the
+    ``steps`` calls of ``attend`` concatenated on the token axis, (batch, heads, steps, head_dim); the cache's
+    keys and values after the last call, (batch, kv_heads, length, head_dim); its length after each call).
+
+    The cache is built as ``cls(n_sink, window, rope_theta=rope_theta)`` (rope_theta None: not passed, its
+    default); q, k and v float32 are cut into ``steps`` equal slices along axis 2, one token each unless the
+    call is one of those that must raise, and handed to ``attend`` in order.
+    """
+    import torch
+
+    def run(n_sink, window, rope_theta, q, k, v, steps):
+        options = {} if rope_theta is None else {"rope_theta": float(rope_theta)}
+        cache = _build(cls, (int(n_sink), int(window)), options)
+        q, k, v = (torch.tensor(np.asarray(a), dtype=torch.float32) for a in (q, k, v))
+        outs, lengths = [], []
+        with torch.no_grad():
+            for t in range(int(steps)):
+                out = cache.attend(_stepped(q, steps, t), _stepped(k, steps, t), _stepped(v, steps, t))
+                if not isinstance(out, torch.Tensor):
+                    raise TypeError(f"SinkCache.attend should return one tensor (batch, heads, 1, head_dim), the "
+                                    f"attention's output, but it returned a {type(out).__name__}")
+                held = [getattr(cache, name, None) for name in ("keys", "values")]
+                if not all(isinstance(h, torch.Tensor) for h in held):
+                    raise AttributeError("SinkCache should keep its cache in self.keys and self.values, tensors "
+                                         "(batch, kv_heads, length, head_dim) after every attend")
+                outs.append(out)
+                lengths.append(held[0].shape[2])
+        return torch.cat(outs, dim=2), held[0], held[1], np.array(lengths, dtype=np.int64)
+    return run

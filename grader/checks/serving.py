@@ -867,4 +867,188 @@ LATENT_ATTENTION = Spec(
     figures=("serving-LatentAttention-figure",),
 )
 
-SPECS = (PAGED_KV_CACHE, SPECULATIVE_STEP, LATENT_ATTENTION)
+
+# ---------------------------------------------------------------- SinkCache (StreamingLLM's attention sinks)
+
+def _sink_variant(evict="middle", recent="window", positions="cache", query="last", groups="interleave",
+                  softmax="keys"):
+    """SinkCache with some choices changed: ``evict`` ("middle"; "oldest": the window alone, the sinks evicted
+    too; "newest": the first n_sink + window tokens kept, the new ones dropped), ``recent`` ("window"; "one_more",
+    "one_less": window +- 1 recent tokens; "sinks_inside": window - n_sink recent, the sinks counted in the
+    window), ``positions`` ("cache": the keys rotated at 0 ... length - 1 at every step; "text": the keys and the
+    query at their positions in the stream; "rotated_cached": each key rotated once, at its position in the cache
+    when it came, and cached rotated; "rotated_twice": cached rotated, then rotated again at 0 ... length - 1),
+    ``query`` ("last": length - 1; "length": one past the last key; "text": the stream's position while the keys
+    are at the cache's; "unrotated"), ``groups`` ("interleave": query head h reads kv head h // group; "tile":
+    h % kv_heads), ``softmax`` ("keys": over the last axis; "missing"; "log": log_softmax; "heads": over axis 1;
+    "batch": over axis 0)."""
+
+    class SinkCache:
+        def __init__(self, n_sink, window, rope_theta=10000.0):
+            if n_sink < 0 or window < 1:
+                raise ValueError("n_sink must be >= 0 and window >= 1")
+            self.n_sink, self.window, self.rope_theta = n_sink, window, rope_theta
+            self.keys = self.values = None
+            self.text = []                               # each cached token's position in the stream
+            self.count = 0
+
+        def attend(self, q, k, v):
+            batch, heads, new, head_dim = q.shape
+            kv_heads = k.shape[1]
+            if new != 1 or tuple(k.shape) != (batch, kv_heads, 1, head_dim) or v.shape != k.shape or heads % kv_heads:
+                raise ValueError("q (batch, heads, 1, head_dim), k and v (batch, kv_heads, 1, head_dim)")
+            if positions in ("rotated_cached", "rotated_twice"):
+                at = 0 if self.keys is None else min(self.keys.shape[2], self._capacity() - 1)
+                k = ref.rope_at(k, torch.tensor([at]), self.rope_theta)
+            keep = [] if self.keys is None else list(range(self.keys.shape[2]))
+            if self.keys is not None:
+                k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+            self.text.append(self.count)
+            self.count += 1
+            length, capacity = k.shape[2], self._capacity()
+            if length > capacity:
+                sinks = min(self.n_sink, capacity) if evict == "middle" else 0
+                kept = (list(range(capacity)) if evict == "newest"
+                        else list(range(sinks)) + list(range(length - (capacity - sinks), length)))
+                k, v = k[:, :, kept], v[:, :, kept]
+                self.text = [self.text[i] for i in kept]
+            del keep
+            self.keys, self.values = k, v
+            cache_positions = torch.arange(k.shape[2])
+            key_positions = torch.tensor(self.text) if positions == "text" else cache_positions
+            keys = k if positions == "rotated_cached" else ref.rope_at(k, key_positions, self.rope_theta)
+            if query == "unrotated":
+                query_rotated = q
+            else:
+                at = {"last": key_positions[-1:], "length": cache_positions[-1:] + 1,
+                      "text": torch.tensor(self.text[-1:])}[query]
+                query_rotated = ref.rope_at(q, at, self.rope_theta)
+            group = heads // kv_heads
+            if groups == "tile":
+                keys, values = keys.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+            else:
+                keys, values = keys.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            scores = query_rotated @ keys.transpose(2, 3) / math.sqrt(head_dim)
+            weights = {"keys": lambda: torch.softmax(scores, dim=-1), "missing": lambda: scores,
+                       "log": lambda: torch.log_softmax(scores, dim=-1), "heads": lambda: torch.softmax(scores, dim=1),
+                       "batch": lambda: torch.softmax(scores, dim=0)}[softmax]()
+            return weights @ values
+
+        def _capacity(self):
+            recent_tokens = {"window": self.window, "one_more": self.window + 1, "one_less": self.window - 1,
+                             "sinks_inside": self.window - self.n_sink}[recent]
+            return self.n_sink + max(recent_tokens, 0) if evict == "middle" else self.n_sink + self.window
+
+    return SinkCache
+
+
+def _sink_calls(rng: np.random.Generator) -> list[Call]:
+    calls = []
+    # (batch, heads, kv_heads, head_dim, n_sink, window, rope_theta, steps): every one evicts but the last;
+    # n_sink >= 1 but on the third (the window alone); window > n_sink on the first two (sinks_inside shows).
+    setups = [(2, 6, 2, 4, 2, 3, None, 9), (1, 4, 4, 6, 1, 4, 100.0, 8), (2, 2, 1, 4, 0, 3, 50.0, 6),
+              (3, 3, 1, 2, 3, 1, 10.0, 7), (2, 4, 2, 4, 2, 5, 100.0, 5)]
+    for batch, heads, kv_heads, head_dim, n_sink, window, theta, steps in setups:
+        q = rng.normal(size=(batch, heads, steps, head_dim)) * 1.5
+        k = rng.normal(size=(batch, kv_heads, steps, head_dim)) * 1.5
+        v = rng.normal(size=(batch, kv_heads, steps, head_dim))
+        options = "" if theta is None else f", rope_theta={theta:g}"
+        calls.append(Call((n_sink, window, theta, q, k, v, steps),
+                          what=f"SinkCache(n_sink={n_sink}, window={window}{options}) fed {steps} tokens one at a "
+                               f"time, q of shape ({batch}, {heads}, 1, {head_dim}), k and v ({batch}, {kv_heads}, 1, "
+                               f"{head_dim})"))
+    q, k = rng.normal(size=(1, 4, 2, 4)), rng.normal(size=(1, 2, 2, 4))
+    bad = [(-1, 3, q, k, k, 2, "n_sink=-1: n_sink < 0"), (2, 0, q, k, k, 2, "window=0: window < 1"),
+           (1, 2, rng.normal(size=(1, 4, 4, 4)), k, k, 2, "q of 2 tokens: one new token per attend"),
+           (1, 2, q, rng.normal(size=(1, 3, 2, 4)), rng.normal(size=(1, 3, 2, 4)), 2,
+            "k and v of 3 kv_heads for 4 query heads: kv_heads must divide heads"),
+           (1, 2, q, k, rng.normal(size=(1, 2, 2, 3)), 2, "v of head_dim 3, k of 4: k and v disagree"),
+           (1, 2, q, rng.normal(size=(1, 2, 2, 6)), rng.normal(size=(1, 2, 2, 6)), 2,
+            "k and v of head_dim 6, q of 4: the query and the keys disagree"),
+           (1, 2, q, rng.normal(size=(2, 2, 2, 4)), rng.normal(size=(2, 2, 2, 4)), 2,
+            "k and v of batch 2, q of batch 1")]
+    for n_sink, window, q_bad, k_bad, v_bad, steps, why in bad:
+        calls.append(Call((n_sink, window, None, q_bad, k_bad, v_bad, steps), raises="ValueError",
+                          what=f"SinkCache(n_sink={n_sink}, window={window}) with {why}"))
+    return calls
+
+
+def _evicts(call: Call) -> bool:
+    return not call.raises and call.args[6] > call.args[0] + call.args[1]
+
+
+SINK_CACHE = Spec(
+    id="serving-SinkCache",
+    function="SinkCache",
+    inputs=_sink_calls,
+    reference=ref.SinkCache,
+    driver="serving.drive_sink_cache",
+    parts=("outputs", "cached keys", "cached values", "cache lengths"),
+    order=(3, 0, 1, 2),
+    variant=_sink_variant,
+    figures=("serving-SinkCache-figure",),
+    rules=(
+        Rule("past n_sink + window tokens: the middle evicted, positions within the cache", _evicts),
+        Rule("n_sink 0: the window alone", lambda call: not call.raises and call.args[0] == 0 and _evicts(call)),
+        Rule("never full: nothing evicted", lambda call: not call.raises and not _evicts(call)),
+        Rule("grouped heads: kv_heads < heads", lambda call: not call.raises and call.args[4].shape[1] < call.args[3].shape[1]),
+        Rule("a rope_theta given, other than 10000", lambda call: call.args[2] not in (None, 10000.0)),
+        Rule("bad arguments: ValueError", lambda call: call.raises == "ValueError"),
+    ),
+    knobs=(
+        Knob("evict", (
+            ("oldest", "past n_sink + window tokens the oldest token is evicted, the sinks with it: that is the "
+                       "window alone (StreamingLLM's Fig. 1b); keep the first n_sink tokens of the stream for ever and "
+                       "evict the oldest token after them"),
+            ("newest", "past n_sink + window tokens the cache keeps its first n_sink + window tokens and drops the "
+                       "new ones: keep the first n_sink and the LAST window tokens (the new one among them), evict the "
+                       "ones between"),
+        )),
+        Knob("recent", (
+            ("one_more", "the cache keeps window + 1 recent tokens: the last window tokens, the new one among them, "
+                         "so at most n_sink + window tokens in all"),
+            ("one_less", "the cache keeps window - 1 recent tokens: the last window tokens, the new one among them, "
+                         "so at most n_sink + window tokens in all"),
+            ("sinks_inside", "the sinks are counted inside the window (at most window tokens in all): the cache holds "
+                             "n_sink sinks AND the last window tokens, n_sink + window"),
+        )),
+        Knob("positions", (
+            ("text", "the keys are rotated at their positions in the stream: StreamingLLM rotates them at their "
+                     "positions in the cache, 0 ... length - 1, and the query at length - 1, so no distance exceeds "
+                     "the cache's length (Sec. 3.2, positional encoding within the cache)"),
+            ("rotated_cached", "the cached keys are rotated once, when they come, and kept rotated: after an eviction "
+                               "a key moves to another place in the cache, so cache the keys before RoPE and rotate "
+                               "them all at 0 ... length - 1 at every step"),
+            ("rotated_twice", "the keys are rotated twice: the cache holds them already rotated and they are rotated "
+                              "again when read; cache the keys before RoPE (self.keys unrotated), rotate them once, "
+                              "at 0 ... length - 1"),
+        )),
+        Knob("query", (
+            ("length", "the query is rotated at the cache's length, one past the last key: the new token's key is "
+                       "the last, at position length - 1, and so is its query"),
+            ("text", "the query is rotated at its position in the stream while the keys are at their positions in "
+                     "the cache: rotate it at length - 1, the new token's place in the cache"),
+            ("unrotated", "the query is not rotated: rotate it with RoPE at length - 1, the new token's place in the "
+                          "cache, as the keys are at theirs"),
+        )),
+        Knob("groups", (("tile", "query head h reads key/value head h % kv_heads: with grouped heads it reads "
+                                 "h // (heads // kv_heads), repeat_interleave, as notebook 15's Attention"),)),
+        Knob("softmax", (
+            ("missing", "the scores are used as weights without a softmax: weights = softmax(scores) over the cached "
+                        "tokens, the last axis"),
+            ("log", "the weights are log_softmax(scores): they must be softmax(scores), positive and summing to 1 "
+                    "over the cached tokens"),
+            ("heads", "the softmax runs over the heads (axis 1): it runs over the cached tokens, the last axis of "
+                      "the scores (batch, heads, 1, length)"),
+            ("batch", "the softmax runs over the batch (axis 0): it runs over the cached tokens, the last axis of "
+                      "the scores (batch, heads, 1, length)"),
+        )),
+    ),
+    equivalent=(
+        ("L22 k.shape[2] > self.n_sink + self.window -> k.shape[2] >= self.n_sink + self.window",
+         "at exactly n_sink + window tokens, the first n_sink and the last window are all of them: the 'eviction' "
+         "keeps the cache as it is"),
+    ),
+)
+
+SPECS = (PAGED_KV_CACHE, SPECULATIVE_STEP, LATENT_ATTENTION, SINK_CACHE)

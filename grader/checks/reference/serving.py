@@ -11,6 +11,10 @@ Speculative decoding (section 2): one step of speculative sampling, Leviathan, K
 (transformers 5.23.0) without a low-rank query (``q_lora_rank=None``, DeepSeek-V2-Lite's layout):
 DeepSeek-AI (2024), DeepSeek-V2, section 2.1, equations 9-19. Linear weights are in nn.Linear's
 layout, (out_features, in_features).
+
+``SinkCache`` (section 4) is StreamingLLM's rolling KV cache: Xiao, Tian, Chen, Han and Lewis (2023),
+"Efficient Streaming Language Models with Attention Sinks", Sec. 3.2 (Fig. 1d, and "positional encoding
+within the cache").
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .modern_decoder import RMSNorm
+from .modern_decoder import RMSNorm, rotate_half
 
 class PagedKVCache:
     """A KV cache in fixed-size blocks of one preallocated pool (vLLM's PagedAttention).
@@ -147,3 +151,45 @@ class LatentAttention(nn.Module):
         weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         out = (weights @ v).transpose(1, 2).reshape(batch, new, self.heads * self.v_dim)
         return self.W_o(out), (c_kv, k_rope)
+
+
+# ---------------------------------------------------------------- attention sinks (StreamingLLM)
+
+def rope_at(x, positions, theta):
+    """RoPE in the halves layout (notebook 15's Attention): x (..., length, head_dim) rotated at ``positions``."""
+    inv_freq = theta ** (-torch.arange(0, x.shape[-1], 2, dtype=torch.float32) / x.shape[-1])
+    angles = positions.float()[:, None] * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)
+    return x * angles.cos() + rotate_half(x) * angles.sin()
+
+
+class SinkCache:
+    """StreamingLLM's rolling KV cache of one attention layer: the first n_sink tokens of the stream (the
+    attention sinks) and the last window tokens, the ones between evicted. keys and values (batch, kv_heads,
+    length, head_dim), the keys before RoPE; attend(q, k, v) appends one token, evicts, rotates the cached keys
+    at their positions in the cache 0 ... length - 1 and the query at length - 1, and returns the attention's
+    output (batch, heads, 1, head_dim) (grouped heads, scores over sqrt(head_dim))."""
+
+    def __init__(self, n_sink, window, rope_theta=10000.0):
+        if n_sink < 0 or window < 1:
+            raise ValueError(f"n_sink ({n_sink}) must be >= 0 and window ({window}) >= 1")
+        self.n_sink, self.window, self.rope_theta = n_sink, window, rope_theta
+        self.keys = self.values = None
+
+    def attend(self, q, k, v):
+        batch, heads, new, head_dim = q.shape
+        kv_heads = k.shape[1]
+        if new != 1 or tuple(k.shape) != (batch, kv_heads, 1, head_dim) or v.shape != k.shape or heads % kv_heads:
+            raise ValueError(f"q should be (batch, heads, 1, head_dim), k and v (batch, kv_heads, 1, head_dim) with "
+                             f"kv_heads dividing heads; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        if self.keys is not None:
+            k, v = torch.cat([self.keys, k], dim=2), torch.cat([self.values, v], dim=2)
+        if k.shape[2] > self.n_sink + self.window:
+            k = torch.cat([k[:, :, :self.n_sink], k[:, :, -self.window:]], dim=2)
+            v = torch.cat([v[:, :, :self.n_sink], v[:, :, -self.window:]], dim=2)
+        self.keys, self.values = k, v
+        positions = torch.arange(k.shape[2])
+        keys = rope_at(k, positions, self.rope_theta).repeat_interleave(heads // kv_heads, dim=1)
+        query = rope_at(q, positions[-1:], self.rope_theta)
+        weights = torch.softmax(query @ keys.transpose(2, 3) / math.sqrt(head_dim), dim=-1)
+        return weights @ v.repeat_interleave(heads // kv_heads, dim=1)
