@@ -341,6 +341,37 @@ def _paged_out_of_order(implementation) -> bool:
     return not np.allclose(_np(cache.gather("a")[0]).ravel(), _np(torch.cat(appended, dim=1)).ravel())
 
 
+def _sink_stream(implementation, n_sink: int, window: int, tokens: int = 9):
+    """A SinkCache of ``implementation`` fed ``tokens`` random tokens (2 query heads over 1 key/value head of
+    head_dim 4): (the cache, the last output)."""
+    generator = torch.Generator().manual_seed(19)
+    cache = implementation(n_sink, window)
+    for _ in range(tokens):
+        q = torch.randn(1, 2, 1, 4, generator=generator)
+        k, v = torch.randn(1, 1, 1, 4, generator=generator), torch.randn(1, 1, 1, 4, generator=generator)
+        out = cache.attend(q, k, v)
+    return cache, out
+
+
+def _sinks_not_kept(implementation) -> bool:
+    """After 9 tokens with n_sink 2 and window 3, the cache does not hold tokens 0, 1 (the sinks) and 6, 7, 8."""
+    from grader.checks.reference.serving import SinkCache as ReferenceSinkCache
+
+    cache, _ = _sink_stream(implementation, 2, 3)
+    reference, _ = _sink_stream(ReferenceSinkCache, 2, 3)
+    return tuple(cache.values.shape) != tuple(reference.values.shape) or not np.allclose(
+        _np(cache.values), _np(reference.values))
+
+
+def _sink_output_differs(implementation) -> bool:
+    """The last output after 9 tokens (n_sink 2, window 3) is not the reference's: keys at their places in the
+    cache, the query at the last."""
+    from grader.checks.reference.serving import SinkCache
+
+    return not np.allclose(_np(_sink_stream(implementation, 2, 3)[1]), _np(_sink_stream(SinkCache, 2, 3)[1]),
+                           atol=1e-5)
+
+
 def _attention_groups_not_consecutive(implementation) -> bool:
     """Grouped-query heads: with the values of key/value head 1 zero and W_o the identity, query heads 2
     and 3 of 4 (over 2 key/value heads) should come out zero, heads 0 and 1 not."""
@@ -460,6 +491,8 @@ PROPERTIES = (
     Property("serving-PagedKVCache", "gather('a') gives its keys in the order appended", _paged_out_of_order),
     Property("serving-LatentAttention", "tokens 4-6 after a cache of 4", _latent_cache_differs),
     Property("serving-LatentAttention", "the RoPE key (1, 0, 0, 0) at position 1", _latent_rope_not_interleaved),
+    Property("serving-SinkCache", "after 6 tokens the cache holds token 0 (the sink) and the last 2", _sinks_not_kept),
+    Property("serving-SinkCache", "keys at places 0, 1, 2 of the cache and the query at 2", _sink_output_differs),
     Property("masking-causal_mask", "above the diagonal must be False",
              lambda impl: bool(np.triu(_np(impl(6)), k=1).any())),
 )
