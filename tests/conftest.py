@@ -180,8 +180,12 @@ def graded_class(tmp_path_factory) -> dict:
     new assignment adds two submissions here. Two local Dask workers grade it, as `make
     grade JOBS=2` would."""
     from grader.grade import grade_class
+    from grader.sandbox import bwrap
     from tests.corpora import harms, malformed, tamper
 
+    # without bubblewrap's PID namespace the tamper corpus's kill_grader attack, run as this user, takes
+    # this pytest and its process group down with SIGKILL (exit 137, no report)
+    assert bwrap(), "bubblewrap is not installed: apt-get install bubblewrap (.ci/run does it)"
     root = tmp_path_factory.mktemp("class")
     submissions = root / "course" / "submitted"  # as nbgrader collect leaves it
     for student in sorted(p for p in course.SAMPLE_CLASS.iterdir() if p.is_dir()):
