@@ -341,24 +341,25 @@ def _paged_out_of_order(implementation) -> bool:
     return not np.allclose(_np(cache.gather("a")[0]).ravel(), _np(torch.cat(appended, dim=1)).ravel())
 
 
-def _sink_stream(implementation, n_sink: int, window: int, tokens: int = 9):
-    """A SinkCache of ``implementation`` fed ``tokens`` random tokens (2 query heads over 1 key/value head of
-    head_dim 4): (the cache, the last output)."""
-    generator = torch.Generator().manual_seed(19)
-    cache = implementation(n_sink, window)
-    for _ in range(tokens):
-        q = torch.randn(1, 2, 1, 4, generator=generator)
-        k, v = torch.randn(1, 1, 1, 4, generator=generator), torch.randn(1, 1, 1, 4, generator=generator)
-        out = cache.attend(q, k, v)
-    return cache, out
+def _sink_streams(implementation) -> tuple:
+    """((cache, last output), the reference's (cache, last output)) after 9 random tokens (2 query heads over 1
+    key/value head of head_dim 4) through a SinkCache with n_sink 2 and window 3."""
+    from grader.checks.reference.serving import SinkCache
+
+    def stream(cls):
+        generator = torch.Generator().manual_seed(19)
+        cache = cls(2, 3)
+        for _ in range(9):
+            q = torch.randn(1, 2, 1, 4, generator=generator)
+            k, v = torch.randn(1, 1, 1, 4, generator=generator), torch.randn(1, 1, 1, 4, generator=generator)
+            out = cache.attend(q, k, v)
+        return cache, out
+    return stream(implementation), stream(SinkCache)
 
 
 def _sinks_not_kept(implementation) -> bool:
     """After 9 tokens with n_sink 2 and window 3, the cache does not hold tokens 0, 1 (the sinks) and 6, 7, 8."""
-    from grader.checks.reference.serving import SinkCache as ReferenceSinkCache
-
-    cache, _ = _sink_stream(implementation, 2, 3)
-    reference, _ = _sink_stream(ReferenceSinkCache, 2, 3)
+    (cache, _), (reference, _) = _sink_streams(implementation)
     return tuple(cache.values.shape) != tuple(reference.values.shape) or not np.allclose(
         _np(cache.values), _np(reference.values))
 
@@ -366,10 +367,8 @@ def _sinks_not_kept(implementation) -> bool:
 def _sink_output_differs(implementation) -> bool:
     """The last output after 9 tokens (n_sink 2, window 3) is not the reference's: keys at their places in the
     cache, the query at the last."""
-    from grader.checks.reference.serving import SinkCache
-
-    return not np.allclose(_np(_sink_stream(implementation, 2, 3)[1]), _np(_sink_stream(SinkCache, 2, 3)[1]),
-                           atol=1e-5)
+    (_, out), (_, expected) = _sink_streams(implementation)
+    return not np.allclose(_np(out), _np(expected), atol=1e-5)
 
 
 def _attention_groups_not_consecutive(implementation) -> bool:
