@@ -12,12 +12,15 @@ import random
 
 import numpy as np
 
-# The same arithmetic on every x86-64 processor: torch's own kernels at AVX2 (a processor
+# The same arithmetic on every Intel x86-64 processor: torch's own kernels at AVX2 (a processor
 # with AVX-512 would otherwise add its sums in other vector widths, and a model trained for
 # hundreds of steps comes out different) and MKL's matrix products on its AVX2 code path
-# (MKL_CBWR, Intel's conditional numerical reproducibility). torch reads both at its first
-# operation, so the notebooks import coursekit before they compute anything;
-# coursekit.training.train warns when that came too late.
+# (MKL_CBWR, Intel's conditional numerical reproducibility). MKL honours MKL_CBWR=AVX2 on Intel
+# processors only: an AMD processor takes a path of its own (tests/test_training.py measures it
+# on emulated processors), so its last digits may differ, as coursekit.training.arithmetic_note
+# tells the learner.
+# torch reads both at its first operation, so the notebooks import coursekit before they
+# compute anything; coursekit.training.train warns when that came too late.
 # ARITHMETIC is that environment (empty elsewhere: an ARM processor has no AVX2, and its
 # numbers may differ slightly from the prose's, as coursekit.training.arithmetic_note says);
 # the grader gives it to every kernel it starts.

@@ -8,9 +8,10 @@ Nothing here is an exercise: it is the plumbing around the learner's model.
   number of batches, with one torch thread and a tqdm progress bar whose estimate of the
   time left is the only thing the clock decides. Returns a ``History`` (losses, learning
   rates, seconds). The same seeds and steps give the same model whatever the machine's
-  load or number of cores, on every x86-64 processor with AVX2 (``import coursekit`` pins
-  torch's kernels and MKL to AVX2) and torch 2.13.0 (``REFERENCE``); ``arithmetic_note()``
-  says when that did not take, and why an ARM processor or another torch may differ slightly.
+  load or number of cores, on every Intel x86-64 processor with AVX2 (``import coursekit``
+  pins torch's kernels and MKL to AVX2) and torch 2.13.0 (``REFERENCE``); ``arithmetic_note()``
+  says when that did not take, and why an AMD or ARM processor or another torch may differ
+  slightly.
 * ``exact_match(pred, ref, eos_id)`` and ``evaluate(decode_fn, src, ref, eos_id)``:
   whole-sentence accuracy of greedy translations.
 * ``init_weights(model)``, ``count_parameters(model)`` and ``recorded_attention(attention)``:
@@ -50,7 +51,20 @@ def grading() -> bool:
 
 # Where the numbers the notebooks' prose quotes come from: the grading environment's pins
 # (constraints.txt and environment.yml; tests/test_environment.py keeps them the same).
-REFERENCE = {"processor": "x86-64 with AVX2", "torch": "2.13.0", "python": "3.11"}
+REFERENCE = {"processor": "Intel x86-64 with AVX2", "torch": "2.13.0", "python": "3.11"}
+
+
+def vendor() -> str:
+    """The processor's maker as its CPUID names it ("GenuineIntel", "AuthenticAMD"), or "" when
+    the system does not say (Linux's /proc/cpuinfo, else what Windows puts in platform.processor())."""
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8", errors="replace"):
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    found = [name for name in ("GenuineIntel", "AuthenticAMD") if name in platform.processor()]
+    return found[0] if found else ""
 
 
 def _reference() -> str:
@@ -61,14 +75,17 @@ def _reference() -> str:
 def arithmetic_note() -> str | None:
     """Why this kernel's numbers may differ from the notebook's prose, in one line, or None.
 
-    The prose's numbers come from ``REFERENCE``: x86-64 with AVX2, torch 2.13.0, Python 3.11.
-    On x86-64, ``import coursekit`` pins torch's kernels to AVX2 (``ATEN_CPU_CAPABILITY``),
-    which torch reads at its first operation: a kernel that computed with torch before it
-    imported coursekit keeps the processor's own choice, and a processor without AVX2 has
-    none to give. Another processor family (ARM: a recent Mac, a Raspberry Pi) has other
-    vector units, and another torch release other kernels: both add a sum's terms in another
-    order, so the model trains the same way but its last digits, and so some numbers the
-    text quotes, may differ slightly. None when nothing differs.
+    The prose's numbers come from ``REFERENCE``: Intel x86-64 with AVX2, torch 2.13.0, Python
+    3.11. On x86-64, ``import coursekit`` pins torch's kernels to AVX2 (``ATEN_CPU_CAPABILITY``)
+    and MKL's matrix products to its AVX2 path (``MKL_CBWR``), which torch reads at its first
+    operation: a kernel that computed with torch before it imported coursekit keeps the
+    processor's own choice, and a processor without AVX2 has none to give. MKL honours
+    ``MKL_CBWR=AVX2`` on Intel processors only: on an AMD processor it takes a path of its own
+    (only ``MKL_CBWR=COMPATIBLE``, MKL's slower SSE2 path, is the same on both;
+    tests/test_training.py measures both on emulated processors). Another processor family (ARM: a recent Mac, a Raspberry Pi)
+    has other vector units, and another torch release other kernels. All of these add a
+    sum's terms in another order, so the model trains the same way but its last digits, and
+    so some numbers the text quotes, may differ slightly. None when nothing differs.
     """
     version = str(torch.__version__).split("+")[0]
     other_torch = (f"torch {version}, not {REFERENCE['torch']}, whose kernels may add a sum's terms in another order"
@@ -91,6 +108,10 @@ def arithmetic_note() -> str | None:
         return (f"{_reference()}; this processor has no AVX2{'; and ' + other_torch if other_torch else ''}: "
                 "the model trains the same way, but its last digits, and so some numbers below, may differ "
                 "slightly from those the text quotes")
+    if vendor() == "AuthenticAMD":
+        return (f"{_reference()}; on this AMD processor MKL computes matrix products on a path of its own "
+                f"(MKL_CBWR pins Intel's){'; and ' + other_torch if other_torch else ''}: the model trains the "
+                "same way, but its last digits, and so some numbers below, may differ slightly")
     if other_torch:
         return (f"{_reference()}; this kernel has {other_torch}: the model trains the same way, but its last "
                 f"digits, and so some numbers below, may differ slightly (`pip install torch=={REFERENCE['torch']}` "

@@ -176,10 +176,12 @@ print(torch.backends.cpu.get_cpu_capability(), loss.item().hex())
 """
 
 
-def _probe(tmp_path, *, coursekit: bool, pinned_by_hand: bool = False) -> list[str]:
+def _probe(tmp_path, *, coursekit: bool, pinned_by_hand: bool = False, emulate: str | None = None,
+           mkl: str | None = None) -> list[str]:
     """[torch's vector kernels, the loss's bits] of PROBE in a fresh interpreter: with coursekit imported,
     or with coursekit's environment (ATen's and MKL's AVX2) set by hand before Python starts, or with
-    neither (the processor's own choice)."""
+    neither (the processor's own choice). ``emulate`` runs it on a processor QEMU emulates (a name of
+    ``qemu-x86_64 -cpu help``), ``mkl`` sets MKL_CBWR first (coursekit keeps a value already set)."""
     import os
     import subprocess
     import sys
@@ -189,8 +191,13 @@ def _probe(tmp_path, *, coursekit: bool, pinned_by_hand: bool = False) -> list[s
     env = {k: v for k, v in os.environ.items() if k not in ARITHMETIC}
     if pinned_by_hand:
         env.update(ARITHMETIC)
-    done = subprocess.run([sys.executable, "-c", PROBE, "coursekit" if coursekit else "torch"], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True)
+    if mkl:
+        env["MKL_CBWR"] = mkl
+    command = [sys.executable, "-c", PROBE, "coursekit" if coursekit else "torch"]
+    if emulate:
+        command = ["qemu-x86_64", "-cpu", emulate, *command]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600 if emulate else 120, check=True)
     return done.stdout.split()
 
 
@@ -226,10 +233,38 @@ def test_why_the_processor_is_pinned_avx512_gives_other_numbers(tmp_path):
     assert native[1] != pinned[1]  # the same seed and steps, another last bit
 
 
+@pytest.mark.kernel
+def test_the_pins_hold_across_intel_processors_and_not_on_an_amd_one(tmp_path):
+    """What coursekit.training.arithmetic_note and the README tell the learner, measured on processors
+    QEMU emulates (their CPUID, so MKL picks its code path as on the real ones): with coursekit's pins
+    an Intel processor without AVX-512 (Haswell) computes the bits this machine does, if it is an
+    Intel one; an AMD processor (EPYC Rome) gets other bits, because MKL honours MKL_CBWR=AVX2 on
+    Intel processors only; and MKL_CBWR=COMPATIBLE, MKL's slower SSE2 path, is the same on both."""
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
+    from coursekit.training import vendor
+
+    _flags()
+    assert shutil.which("qemu-x86_64"), "qemu-user is not installed: apt-get install qemu-user (.ci/run does it)"
+    runs = {("Haswell", None): None, ("EPYC-Rome", None): None, ("Haswell", "COMPATIBLE"): None,
+            ("EPYC-Rome", "COMPATIBLE"): None}
+    with ThreadPoolExecutor(len(runs)) as pool:    # about 25 s each under emulation, so side by side
+        futures = {key: pool.submit(_probe, tmp_path, coursekit=True, emulate=key[0], mkl=key[1]) for key in runs}
+        runs = {key: future.result() for key, future in futures.items()}
+    intel, amd = runs[("Haswell", None)], runs[("EPYC-Rome", None)]
+    assert intel[0] == amd[0] == "AVX2"
+    assert intel[1] != amd[1]
+    assert runs[("Haswell", "COMPATIBLE")] == runs[("EPYC-Rome", "COMPATIBLE")]
+    if vendor() == "GenuineIntel":
+        assert _probe(tmp_path, coursekit=True) == intel
+
+
 def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch):
     from coursekit import training
 
     monkeypatch.setattr(training, "ARITHMETIC", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"})  # x86-64
+    monkeypatch.setattr(training, "vendor", lambda: "GenuineIntel")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     for used, expected in [("AVX2", None), ("AVX512", "restart the kernel"), ("DEFAULT", "no AVX2")]:
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda used=used: used)
@@ -243,16 +278,22 @@ def test_a_kernel_that_computed_before_coursekit_is_told_to_restart(monkeypatch)
 
 
 def test_the_arithmetic_note_names_the_reference_to_an_arm_or_other_torch_learner(monkeypatch):
-    """On the pins (x86-64 with AVX2, torch 2.13.0) nothing is said; on an ARM processor or
-    another torch the note says where the text's numbers come from and why these may differ."""
+    """On the pins (Intel x86-64 with AVX2, torch 2.13.0) nothing is said; on an AMD or ARM processor
+    or another torch the note says where the text's numbers come from and why these may differ."""
     from coursekit import training
 
-    reference = "x86-64 with AVX2, torch 2.13.0 and Python 3.11"
+    reference = "Intel x86-64 with AVX2, torch 2.13.0 and Python 3.11"
     monkeypatch.setattr(training, "ARITHMETIC", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"})
+    monkeypatch.setattr(training, "vendor", lambda: "GenuineIntel")
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
     assert training.arithmetic_note() is None
+    monkeypatch.setattr(training, "vendor", lambda: "AuthenticAMD")
+    note = training.arithmetic_note()
+    assert reference in note and "AMD processor MKL computes matrix products on a path of its own" in note
+    assert "differ slightly" in note and "\n" not in note
+    monkeypatch.setattr(training, "vendor", lambda: "GenuineIntel")
     monkeypatch.setattr(torch, "__version__", "2.9.1+cu128")
     note = training.arithmetic_note()
     assert reference in note and "torch 2.9.1, not 2.13.0" in note and "differ slightly" in note and "\n" not in note
