@@ -87,7 +87,7 @@ demo: $(STAMP) release
 IN_PROCESS := not (kernel or browser or cluster or hub)
 test: $(STAMP) $(HUB_DEPS) student-env selfstudy-env
 	$(BIN)/python -m pytest -q -n auto -m "$(IN_PROCESS)"; in_process=$$?; \
-	$(BIN)/python -m pytest -q -m "not ($(IN_PROCESS))"; others=$$?; \
+	$(BIN)/python -m pytest -q --durations=20 -m "not ($(IN_PROCESS))"; others=$$?; \
 	exit $$(( in_process || others ))
 
 # The edit loop: the tests that stay in this process and take no more than a second or so

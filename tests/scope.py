@@ -5,6 +5,7 @@ sample class instead of all. A quick pass is not a pass of `make test`."""
 from __future__ import annotations
 
 import os
+import zlib
 
 QUICK = os.environ.get("COURSE_TEST_QUICK") == "1"
 
@@ -44,3 +45,34 @@ def slow_if_costly(assignment: str, *values, **kwargs):
     import pytest
 
     return pytest.param(*values, marks=[pytest.mark.slow] if assignment in COSTLY else [], **kwargs)
+
+
+def sampled(name: str, one_in: int = 4) -> bool:
+    """Whether a run judges the case called ``name`` (a mutant, say): every case in a full run;
+    in a quick run about one in ``one_in``, the same ones on every run and machine (a CRC of
+    the name, not Python's salted hash)."""
+    return not QUICK or zlib.crc32(name.encode()) % one_in == 0
+
+
+# In a quick run, a test that looks for cases of a kind along a long list (the mutants that
+# break a property) stops after this many; a full run never stops early (None).
+FEW = 3 if QUICK else None
+
+
+def spread(values: list, keep: int = 2) -> list:
+    """``values`` as pytest params, all but ``keep`` of them, spread evenly from the first,
+    marked `slow`: the edit loop runs a few of a costly family, `make test` every one."""
+    import pytest
+
+    kept = {round(i * len(values) / keep) for i in range(keep)} if values else set()
+    return [pytest.param(value, marks=[] if i in kept else [pytest.mark.slow]) for i, value in enumerate(values)]
+
+
+def some_params(rows: list, ids: list[str], one_in: int = 4) -> list:
+    """``rows`` as pytest params named ``ids``, about ``one_in - 1`` in ``one_in`` of them marked
+    `slow` (the same ones on every machine, by a CRC of the id): the edit loop judges a sample of a
+    family of thousands of small cases, `make test` every one."""
+    import pytest
+
+    return [pytest.param(*row, id=name, marks=[] if zlib.crc32(name.encode()) % one_in == 0 else [pytest.mark.slow])
+            for row, name in zip(rows, ids)]

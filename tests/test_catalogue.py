@@ -17,7 +17,7 @@ from coursekit.protocol import Raised
 from grader.checks import CheckFailed, check
 from grader.checks import Spec, answers_of, exercise_ids, get, verdict
 from grader.checks._core import _equal
-from tests.scope import student_seeds
+from tests.scope import some_params, student_seeds
 
 STUDENT_SEEDS = student_seeds(6)
 
@@ -90,7 +90,8 @@ def test_reference_passes_for_every_student_seed(exercise):
         assert verdict(exercise, seed, answers_of(exercise, spec.reference, seed)) is None
 
 
-@pytest.mark.parametrize("exercise,name,implementation,both", PAIRS, ids=[f"{e}-{n}" for e, n, _, _ in PAIRS])
+@pytest.mark.parametrize("exercise,name,implementation,both",
+                         some_params(PAIRS, [f"{e}-{n}" for e, n, _, _ in PAIRS]))
 def test_two_mistakes_at_once_are_both_named(exercise, name, implementation, both):
     """Differential diagnosis: two knobs set wrong together, a combination no catalogue lists."""
     spec = get(exercise)

@@ -38,6 +38,7 @@ from grader.classgrades import ClassGrades, Submission
 from grader.feedback import diagnose
 from grader import sanitize, tutor
 from grader.sanitize import clean_html, one_line, text_html
+from tests.scope import spread
 
 EVIL = "203.0.113.9"  # TEST-NET-3: a server the page must never ask
 # (name, payload): each used as markdown, HTML and markdown output, and exception message
@@ -442,7 +443,7 @@ def test_an_honest_notebook_reads_the_same_as_with_stock_settings(render):
     assert "$a, b \\in" in text  # math is left to MathJax, as written
 
 
-@pytest.mark.parametrize("assignment_id", course.assignments())
+@pytest.mark.parametrize("assignment_id", spread(course.assignments()))
 def test_the_course_s_prose_passes_the_sanitizer_unchanged(assignment_id):
     """Every markdown cell of every notebook reads the same cleaned as not."""
     exporter, plain = _classic_exporter(False), _classic_exporter(True)
