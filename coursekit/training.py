@@ -82,10 +82,11 @@ def arithmetic_note() -> str | None:
     processor's own choice, and a processor without AVX2 has none to give. MKL honours
     ``MKL_CBWR=AVX2`` on Intel processors only: on an AMD processor it takes a path of its own
     (only ``MKL_CBWR=COMPATIBLE``, MKL's slower SSE2 path, is the same on both;
-    tests/test_training.py measures both on emulated processors). Another processor family (ARM: a recent Mac, a Raspberry Pi)
-    has other vector units, and another torch release other kernels. All of these add a
-    sum's terms in another order, so the model trains the same way but its last digits, and
-    so some numbers the text quotes, may differ slightly. None when nothing differs.
+    tests/test_training.py measures both on emulated processors). Another processor family
+    (ARM: a recent Mac, a Raspberry Pi) has other vector units, and another torch release
+    other kernels. All of these add a sum's terms in another order, so the model trains the
+    same way but its last digits, and so some numbers the text quotes, may differ slightly.
+    None when nothing differs.
     """
     version = str(torch.__version__).split("+")[0]
     other_torch = (f"torch {version}, not {REFERENCE['torch']}, whose kernels may add a sum's terms in another order"
