@@ -265,22 +265,25 @@ class BudgetedExecute(Execute):
             self.log.debug("kill: %s", error)
 
     def output(self, outs, msg, display_id, cell_index):
+        # The caps count output kept, not output dropped: a flood that runs on until the interrupt
+        # lands (late on a busy machine) must not spend the notebook's cap for the cells after it.
+        if self._cell_over:  # past this cell's cap: the rest of its output is dropped
+            return None
         size = _size(msg)
-        self._cell_bytes += size
-        self._notebook_bytes += size
         limit = None
-        if self._cell_bytes > self.cell_output_kb * _KB:
+        if self._cell_bytes + size > self.cell_output_kb * _KB:
             limit = f"{self.cell_output_kb} KiB a cell"
-        elif self._notebook_bytes > self.notebook_output_kb * _KB:
+        elif self._notebook_bytes + size > self.notebook_output_kb * _KB:
             limit = f"{self.notebook_output_kb} KiB a notebook"
         if limit is None:
+            self._cell_bytes += size
+            self._notebook_bytes += size
             return super().output(outs, msg, display_id, cell_index)
-        if not self._cell_over:
-            self._cell_over = True
-            why = f"the cell printed more than the output limit ({limit}) and was interrupted"
-            self._events[cell_index] = why
-            outs.append(_error("OutputLimit", why))
-            asyncio.ensure_future(self.km.interrupt_kernel())
+        self._cell_over = True
+        why = f"the cell printed more than the output limit ({limit}) and was interrupted"
+        self._events[cell_index] = why
+        outs.append(_error("OutputLimit", why))
+        asyncio.ensure_future(self.km.interrupt_kernel())
         return None
 
 

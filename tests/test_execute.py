@@ -56,6 +56,46 @@ def test_output_over_the_byte_limit_is_cut_and_the_cell_interrupted(tmp_path, fl
     assert nb.cells[1].outputs[0].text == "after\n"  # interrupted, not killed: the kernel goes on
 
 
+def test_output_dropped_past_a_cell_s_cap_does_not_spend_the_notebook_s():
+    """A flood goes on until the interrupt lands, late on a busy machine (a CI run saw the next
+    cell's print('after') stopped at the notebook's cap). Worst case, played on the executor
+    without a kernel: the interrupt never lands, and the cell's 300 KB past its 64 KiB cap,
+    dropped, leave the notebook's 256 KiB for the next cell."""
+    import asyncio
+
+    executor = BudgetedExecute(kernel_name="python3", cell_output_kb=64, notebook_output_kb=256)
+    interrupts = []
+
+    class Kernel:
+        async def interrupt_kernel(self):
+            interrupts.append(1)
+
+    executor.km = Kernel()
+    executor.reset_execution_trackers()  # nbclient's per-run state, as a run sets it
+    executor.clear_before_next_output = False
+    executor._notebook_bytes = executor._cell_bytes = 0
+    executor._cell_over, executor._events = False, {}
+
+    def printed(text: str) -> dict:
+        return {"msg_type": "stream", "header": {"msg_type": "stream"}, "parent_header": {"msg_id": "cell"},
+                "content": {"name": "stdout", "text": text}}
+
+    async def play() -> tuple[list, list]:
+        first = []
+        for _ in range(3000):
+            executor.output(first, printed("y" * 99 + "\n"), None, 0)
+        await asyncio.sleep(0)  # the interrupt's coroutine runs
+        executor._cell_bytes, executor._cell_over = 0, False  # the next cell, as async_execute_cell starts it
+        second = []
+        executor.output(second, printed("after\n"), None, 1)
+        return first, second
+
+    first, second = asyncio.run(play())
+    assert sum(len(o.get("text", "")) for o in first) <= 64 * 1024 and interrupts == [1]
+    assert "64 KiB a cell" in executor._events[0] and 1 not in executor._events
+    assert [o.text for o in second] == ["after\n"]
+
+
 def test_kernel_exit_keeps_earlier_outputs_and_leaves_nothing(tmp_path, monkeypatch):
     import tempfile
 
