@@ -42,16 +42,26 @@ COSTLY = ("09_transformer", "10_seq2seq_rnn", "12_gpt", "13_rope")
 
 def slow_if_costly(assignment: str, *values, **kwargs):
     """``pytest.param(*values)``, marked `slow` when ``assignment`` is one of COSTLY."""
+    return _slow_unless(assignment not in COSTLY, *values, **kwargs)
+
+
+def _slow_unless(kept: bool, *values, **kwargs):
+    """``pytest.param(*values)``, marked `slow` unless ``kept``: left to `make test`."""
     import pytest
 
-    return pytest.param(*values, marks=[pytest.mark.slow] if assignment in COSTLY else [], **kwargs)
+    return pytest.param(*values, marks=[] if kept else [pytest.mark.slow], **kwargs)
+
+
+def _in_sample(name: str, one_in: int) -> bool:
+    """About one name in ``one_in``, the same ones on every run and machine (a CRC of the name,
+    not Python's salted hash)."""
+    return zlib.crc32(name.encode()) % one_in == 0
 
 
 def sampled(name: str, one_in: int = 4) -> bool:
     """Whether a run judges the case called ``name`` (a mutant, say): every case in a full run;
-    in a quick run about one in ``one_in``, the same ones on every run and machine (a CRC of
-    the name, not Python's salted hash)."""
-    return not QUICK or zlib.crc32(name.encode()) % one_in == 0
+    in a quick run about one in ``one_in`` (``_in_sample``)."""
+    return not QUICK or _in_sample(name, one_in)
 
 
 # In a quick run, a test that looks for cases of a kind along a long list (the mutants that
@@ -62,17 +72,12 @@ FEW = 3 if QUICK else None
 def spread(values: list, keep: int = 2) -> list:
     """``values`` as pytest params, all but ``keep`` of them, spread evenly from the first,
     marked `slow`: the edit loop runs a few of a costly family, `make test` every one."""
-    import pytest
-
     kept = {round(i * len(values) / keep) for i in range(keep)} if values else set()
-    return [pytest.param(value, marks=[] if i in kept else [pytest.mark.slow]) for i, value in enumerate(values)]
+    return [_slow_unless(i in kept, value) for i, value in enumerate(values)]
 
 
 def some_params(rows: list, ids: list[str], one_in: int = 4) -> list:
     """``rows`` as pytest params named ``ids``, about ``one_in - 1`` in ``one_in`` of them marked
-    `slow` (the same ones on every machine, by a CRC of the id): the edit loop judges a sample of a
-    family of thousands of small cases, `make test` every one."""
-    import pytest
-
-    return [pytest.param(*row, id=name, marks=[] if zlib.crc32(name.encode()) % one_in == 0 else [pytest.mark.slow])
-            for row, name in zip(rows, ids)]
+    `slow` (``_in_sample`` of the id): the edit loop judges a sample of a family of thousands of
+    small cases, `make test` every one."""
+    return [_slow_unless(_in_sample(name, one_in), *row, id=name) for row, name in zip(rows, ids)]
